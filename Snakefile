@@ -1,0 +1,31 @@
+# gridbench: engine x quantization x speculative decoding, swept over context depth.
+# The DAG lives here; the logic lives in the gridbench package (rules call its CLI).
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+# A --configfile replaces the default grid instead of being merged into it.
+if not workflow.config_settings.configfiles:
+
+    configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/assets.smk"
+include: "workflow/rules/bench.smk"
+include: "workflow/rules/dataset.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        get_final_outputs(),
+
+
+onsuccess:
+    shell("mkdir -p logs/engines && gridbench engine stop --all >> logs/engines/stop.log 2>&1 || true")
+
+
+onerror:
+    shell("mkdir -p logs/engines && gridbench engine stop --all >> logs/engines/stop.log 2>&1 || true")

@@ -1,0 +1,195 @@
+"""The ``gridbench`` command line: what the workflow's rules call, and what users run by hand.
+
+Imports stay inside the subcommands so that a cell's start-up costs little.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from gridbench.errors import GridbenchError
+
+
+def _add_configfile(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--configfile", action="append", required=True, metavar="FILE",
+                        help="grid config (repeat to merge, later files win)")
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="override or filter, as snakemake --config (e.g. engine=aeon)")
+
+
+def _load_grid(args: argparse.Namespace):
+    import yaml
+
+    from gridbench.grid import load_config_files
+
+    overrides = {}
+    for item in args.config:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise GridbenchError(f"--config {item}: expected KEY=VALUE")
+        overrides[key] = yaml.safe_load(value)
+    return load_config_files(args.configfile, overrides)
+
+
+def cmd_cells(args: argparse.Namespace) -> int:
+    grid = _load_grid(args)
+    cells, skipped = grid.cells()
+    for cell in cells:
+        print(f"{cell.config}\tdepth {cell.depth}")
+    for cell in skipped:
+        print(f"{cell.config}\tdepth {cell.depth}\tskipped: {cell.reason}")
+    print(f"{len(cells)} cells scheduled, {len(skipped)} skipped", file=sys.stderr)
+    return 0
+
+
+def cmd_engine_command(args: argparse.Namespace) -> int:
+    from gridbench.engines.describe import describe_launch
+
+    grid = _load_grid(args)
+    if args.name not in grid.configs:
+        raise GridbenchError(f"unknown config {args.name!r}; allowed values: {', '.join(grid.configs)}")
+    print(describe_launch(grid.configs[args.name]))
+    return 0
+
+
+def cmd_engine_stop(args: argparse.Namespace) -> int:
+    from gridbench.engines.manager import SlotManager, remove_leftover_containers
+
+    stopped = SlotManager([]).stop_all()
+    leftovers = remove_leftover_containers()
+    for name in stopped:
+        print(f"stopped engine of {name}")
+    for name in leftovers:
+        print(f"removed leftover container {name}")
+    if not stopped and not leftovers:
+        print("no engines of this working directory were running")
+    return 0
+
+
+def cmd_engine_status(args: argparse.Namespace) -> int:
+    from gridbench.engines.manager import SlotManager
+
+    rows = SlotManager([]).status()
+    for row in rows:
+        state = "alive" if row["alive"] else "dead"
+        print(f"slot {row['slot']}\t{row['config']}\t{state}\t{row['base_url']}\t{row['owner']}")
+    if not rows:
+        print("no engine slots in use")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from gridbench.cell import CellSpec, measure_benchy, run_cell
+
+    spec = CellSpec.from_json(args.spec)
+    return run_cell(spec, {"raw": args.raw, "provenance": args.provenance}, measure_benchy)
+
+
+def cmd_dataset(args: argparse.Namespace) -> int:
+    from gridbench.data.dataset import build_from_plan
+    from gridbench.grid import Grid
+    from gridbench.plan import benchy_plan
+
+    grid = Grid.from_config(json.loads(Path(args.grid).read_text()), str(args.grid))
+    frame = build_from_plan(benchy_plan(grid), csv=args.csv, json_path=args.json,
+                            parquet=args.parquet)
+    print(f"wrote {len(frame)} rows to {args.csv}, {args.json}, {args.parquet}")
+    return 0
+
+
+def cmd_assets_corpus(args: argparse.Namespace) -> int:
+    from gridbench.assets.corpus import write_corpus
+
+    write_corpus(args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_assets_demo(args: argparse.Namespace) -> int:
+    from gridbench.assets.demo import write_demo_models
+
+    for path in write_demo_models(args.outdir):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_assets_gguf(args: argparse.Namespace) -> int:
+    from gridbench.assets.gguf_model import ModelShape, write_tiny_llama_gguf
+
+    shape = ModelShape(args.n_embd, args.n_layer, args.n_ff, args.head_dim, args.n_ctx)
+    write_tiny_llama_gguf(args.out, shape, args.file_type, layer_seed=args.layer_seed)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gridbench", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("cells", help="list the cells a config schedules, and those it skips")
+    _add_configfile(p)
+    p.set_defaults(func=cmd_cells)
+
+    engine = sub.add_parser("engine", help="inspect, check and stop engines")
+    esub = engine.add_subparsers(dest="engine_command", required=True)
+    p = esub.add_parser("command", help="print the container and serve command of a config")
+    _add_configfile(p)
+    p.add_argument("name", metavar="CONFIG")
+    p.set_defaults(func=cmd_engine_command)
+    p = esub.add_parser("stop", help="stop every engine this working directory started")
+    p.add_argument("--all", action="store_true", required=True)
+    p.set_defaults(func=cmd_engine_stop)
+    p = esub.add_parser("status", help="list engine slots and what runs on them")
+    p.set_defaults(func=cmd_engine_status)
+
+    p = sub.add_parser("bench", help="run one llama-benchy cell (called by the workflow)")
+    p.add_argument("--spec", required=True, help="the cell as JSON")
+    p.add_argument("--raw", required=True, type=Path)
+    p.add_argument("--provenance", required=True, type=Path)
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("dataset", help="aggregate raw results into the dataset")
+    p.add_argument("--grid", required=True, type=Path,
+                   help="the validated grid config as JSON (written by the workflow)")
+    p.add_argument("--csv", required=True, type=Path)
+    p.add_argument("--json", required=True, type=Path)
+    p.add_argument("--parquet", required=True, type=Path)
+    p.set_defaults(func=cmd_dataset)
+
+    assets = sub.add_parser("assets", help="generate offline assets (corpus, models, tokenizer)")
+    asub = assets.add_subparsers(dest="assets_command", required=True)
+    p = asub.add_parser("corpus", help="the synthetic book llama-benchy slices prompts from")
+    p.add_argument("--out", required=True, type=Path)
+    p.set_defaults(func=cmd_assets_corpus)
+    p = asub.add_parser("demo-models", help="the demo grid's GGUF models and tokenizer")
+    p.add_argument("--outdir", required=True, type=Path)
+    p.set_defaults(func=cmd_assets_demo)
+    p = asub.add_parser("gguf", help="one random-weight llama GGUF of any size")
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--n-embd", type=int, default=512)
+    p.add_argument("--n-layer", type=int, default=6)
+    p.add_argument("--n-ff", type=int, default=1536)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--n-ctx", type=int, default=4096)
+    p.add_argument("--file-type", default="f16", choices=["f32", "f16", "q8_0"])
+    p.add_argument("--layer-seed", type=int, default=1)
+    p.set_defaults(func=cmd_assets_gguf)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except GridbenchError as err:
+        from gridbench.provenance import scrub
+
+        print(f"gridbench: error: {scrub(str(err))}", file=sys.stderr)
+        return err.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,324 @@
+"""Engine slots: which engine runs on which GPU, warm reuse, and stopping.
+
+A slot is one GPU (or the CPU, on a machine without one). Its state lives in a host-wide
+directory, so two sweeps on one host see each other: a slot's flock is held by the cell
+using it, and its JSON file names the engine on it and the working directory that owns
+it. A cell reuses the engine already on a slot when its config's fingerprint matches,
+and otherwise stops that engine first: never two engines on one slot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gridbench.engines import probe
+from gridbench.engines.commands import LaunchPlan, launch_plan
+from gridbench.engines.runtime import DockerRuntime, runtime_for
+from gridbench.errors import EngineError, PortInUseError, SlotBusyError
+from gridbench.files import atomic_write_text
+from gridbench.grid import ServingConfig
+
+ENGINE_LOG_DIR = Path("logs/engines")
+
+
+def slot_dir() -> Path:
+    return Path(os.environ.get("GRIDBENCH_SLOT_DIR", "/tmp/gridbench-slots"))
+
+
+def detect_gpus() -> list[str]:
+    """GPU indices from nvidia-smi; empty on a machine without NVIDIA GPUs."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class EngineLease:
+    """An engine that is ready, held for one cell."""
+
+    config: str
+    fingerprint: str
+    slot: str
+    plan: LaunchPlan
+    handle: dict[str, Any]
+    started_at: str
+    ready_s: float
+    reused: bool
+    version: str | None
+    image: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return self.plan.base_url
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def api_headers(cfg: ServingConfig) -> dict[str, str]:
+    """Authorization header from the environment; the key itself is never written anywhere."""
+    name = cfg.engine.api_key_env
+    if name and os.environ.get(name):
+        return {"Authorization": f"Bearer {os.environ[name]}"}
+    return {}
+
+
+class SlotManager:
+    """Hands out ready engines on slots; one instance per cell process."""
+
+    def __init__(self, slots: list[str], *, workdir: Path | None = None,
+                 wait_s: float | None = None) -> None:
+        self.slots = slots or ["cpu"]
+        self.workdir = str((workdir or Path.cwd()).resolve())
+        self.wait_s = float(os.environ.get("GRIDBENCH_SLOT_WAIT_S", 600)) if wait_s is None else wait_s
+        self.dir = slot_dir()
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def _state_path(self, slot: str) -> Path:
+        return self.dir / f"slot-{slot}.json"
+
+    def _read_state(self, slot: str) -> dict[str, Any] | None:
+        try:
+            return json.loads(self._state_path(slot).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def _write_state(self, slot: str, state: dict[str, Any] | None) -> None:
+        path = self._state_path(slot)
+        if state is None:
+            path.unlink(missing_ok=True)
+        else:
+            atomic_write_text(path, json.dumps(state, indent=2))
+
+    @contextlib.contextmanager
+    def _flock(self, name: str, *, blocking: bool) -> Iterator[bool]:
+        with (self.dir / name).open("a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def _alive(self, state: dict[str, Any] | None) -> bool:
+        if not state:
+            return False
+        try:
+            return runtime_for(state["handle"]["runtime"]).is_running(state["handle"])
+        except EngineError:
+            return False
+
+    def _rank(self, slot: str, fingerprint: str) -> tuple[int, str] | None:
+        """Preference for a slot: warm match, empty, ours with another config; None if taken."""
+        state = self._read_state(slot)
+        if not self._alive(state):
+            return (1, "empty")
+        if state["owner"] != self.workdir:
+            return None
+        return (0, "warm") if state["fingerprint"] == fingerprint else (2, "switch")
+
+    @contextlib.contextmanager
+    def lease(self, cfg: ServingConfig) -> Iterator[EngineLease]:
+        """A ready engine for ``cfg`` on a slot held for the duration of the block."""
+        fingerprint = cfg.fingerprint()
+        deadline = time.monotonic() + self.wait_s
+        announced = False
+        while True:
+            with contextlib.ExitStack() as stack:
+                chosen = None
+                with self._flock("select.lock", blocking=True):
+                    candidates = sorted(
+                        (rank, slot) for slot in self.slots
+                        if (rank := self._rank(slot, fingerprint)) is not None
+                    )
+                    for rank, slot in candidates:
+                        if stack.enter_context(self._flock(f"slot-{slot}.lock", blocking=False)):
+                            chosen = (slot, rank[1])
+                            break
+                if chosen:
+                    slot, how = chosen
+                    engine = self._ensure(cfg, slot, fingerprint, reuse=how == "warm")
+                    yield engine
+                    return
+            if time.monotonic() > deadline:
+                raise SlotBusyError(self._busy_message(cfg), hint=self._busy_hint())
+            if not announced:
+                print(f"waiting for a free engine slot for {cfg.name}: {self._busy_message(cfg)}",
+                      flush=True)  # noqa: T201 - goes to the cell log
+                announced = True
+            time.sleep(1.0)
+
+    def _busy_message(self, cfg: ServingConfig) -> str:
+        owners = []
+        for slot in self.slots:
+            state = self._read_state(slot)
+            if self._alive(state):
+                owners.append(f"slot {slot}: engine {state['config']} of the sweep in {state['owner']}")
+            else:
+                owners.append(f"slot {slot}: in use by a running cell")
+        return f"no engine slot free for {cfg.name} within {self.wait_s:g} s ({'; '.join(owners)})"
+
+    def _busy_hint(self) -> str:
+        return ("wait for the other sweep to finish, or stop its engines with "
+                "`gridbench engine stop --all` in its working directory")
+
+    def _ensure(self, cfg: ServingConfig, slot: str, fingerprint: str, *, reuse: bool) -> EngineLease:
+        state = self._read_state(slot)
+        if reuse and state:
+            runtime = runtime_for(state["handle"]["runtime"])
+            if runtime.is_running(state["handle"]):
+                _log_event("reuse", cfg.name, slot=slot, fingerprint=fingerprint)
+                return EngineLease(
+                    config=cfg.name, fingerprint=fingerprint, slot=slot,
+                    plan=LaunchPlan(**{**state["plan"], "argv": tuple(state["plan"]["argv"])}),
+                    handle=state["handle"], started_at=state["started_at"],
+                    ready_s=state["ready_s"], reused=True, version=state["version"],
+                    image=state["image"], headers=api_headers(cfg),
+                )
+        if state:
+            self._stop_state(slot, state)
+        return self._start(cfg, slot, fingerprint)
+
+    def _port_for(self, cfg: ServingConfig, slot: str) -> int:
+        port = cfg.engine.port + self.slots.index(slot)
+        if _port_free(cfg.engine.host, port):
+            return port
+        if cfg.engine.port_in_use == "pick_free":
+            return _free_port(cfg.engine.host)
+        raise PortInUseError(
+            f"engine {cfg.engine.name} for {cfg.name}: port {cfg.engine.host}:{port} is already "
+            "in use by something gridbench did not start",
+            hint=f"stop what listens there, change engines.{cfg.engine.name}.port, or set "
+            "port_in_use: pick_free",
+        )
+
+    def _start(self, cfg: ServingConfig, slot: str, fingerprint: str) -> EngineLease:
+        runtime = runtime_for(cfg.engine.runtime)
+        image = runtime.image_info(cfg)
+        plan = launch_plan(cfg, self._port_for(cfg, slot))
+        log_path = ENGINE_LOG_DIR / f"{cfg.name}.log"
+        gpus = [] if slot == "cpu" else [slot]
+        name = f"gridbench-{slot}-{cfg.name}".lower()
+        started_at = now_iso()
+        _log_event("start", cfg.name, slot=slot, fingerprint=fingerprint, port=plan.port)
+        with Path(log_path).open("a") as log:
+            log.write(f"\n=== gridbench: starting {cfg.name} on slot {slot} at {started_at}: "
+                      f"{plan.shell_line()}\n")
+        handle = runtime.start(cfg, plan, name=name, gpus=gpus, log_path=log_path, env={})
+        state = {"owner": self.workdir, "config": cfg.name, "fingerprint": fingerprint,
+                 "handle": handle, "plan": {**plan.__dict__, "argv": list(plan.argv)},
+                 "started_at": started_at, "ready_s": None, "version": None, "image": image}
+        self._write_state(slot, state)
+        headers = api_headers(cfg)
+        what = f"engine {cfg.engine.name} for config {cfg.name}"
+        try:
+            ready_s = probe.wait_ready(
+                base_url=plan.base_url, health_path=cfg.engine.health_path,
+                served_model_name=plan.served_model_name, timeout_s=cfg.engine.startup_timeout_s,
+                is_running=lambda: runtime.is_running(handle),
+                log_text=lambda: runtime.log_tail(handle, 200),
+                fatal_patterns=cfg.engine.fatal_log_patterns, what=what, headers=headers,
+            )
+        except BaseException:
+            self._stop_state(slot, state)  # never leave a half-started engine holding the GPU
+            raise
+        state["ready_s"] = round(ready_s, 3)
+        state["version"] = probe.engine_version(cfg.engine.kind, plan.base_url, headers)
+        self._write_state(slot, state)
+        _log_event("ready", cfg.name, slot=slot, fingerprint=fingerprint, ready_s=state["ready_s"])
+        return EngineLease(config=cfg.name, fingerprint=fingerprint, slot=slot, plan=plan,
+                           handle=handle, started_at=started_at, ready_s=state["ready_s"],
+                           reused=False, version=state["version"], image=image, headers=headers)
+
+    def _stop_state(self, slot: str, state: dict[str, Any]) -> None:
+        runtime_for(state["handle"]["runtime"]).stop(state["handle"])
+        _log_event("stop", state["config"], slot=slot, fingerprint=state["fingerprint"])
+        self._write_state(slot, None)
+
+    def is_alive(self, engine: EngineLease) -> bool:
+        return runtime_for(engine.handle["runtime"]).is_running(engine.handle)
+
+    def log_tail(self, engine: EngineLease, lines: int = 40) -> str:
+        return runtime_for(engine.handle["runtime"]).log_tail(engine.handle, lines)
+
+    def discard(self, engine: EngineLease) -> None:
+        """Stop an engine that failed its cell, so the next cell starts a fresh one."""
+        state = self._read_state(engine.slot)
+        if state and state["fingerprint"] == engine.fingerprint:
+            self._stop_state(engine.slot, state)
+
+    def stop_all(self) -> list[str]:
+        """Stop every engine this working directory owns; returns the configs stopped."""
+        stopped = []
+        for path in sorted(self.dir.glob("slot-*.json")):
+            slot = path.stem.removeprefix("slot-")
+            with self._flock(f"slot-{slot}.lock", blocking=True):
+                state = self._read_state(slot)
+                if state and state["owner"] == self.workdir:
+                    self._stop_state(slot, state)
+                    stopped.append(state["config"])
+        return stopped
+
+    def status(self) -> list[dict[str, Any]]:
+        rows = []
+        for path in sorted(self.dir.glob("slot-*.json")):
+            slot = path.stem.removeprefix("slot-")
+            state = self._read_state(slot)
+            if state:
+                rows.append({"slot": slot, "config": state["config"], "owner": state["owner"],
+                             "alive": self._alive(state), "base_url": LaunchPlan(
+                                 **{**state["plan"], "argv": tuple(state["plan"]["argv"])}).base_url})
+        return rows
+
+
+def remove_leftover_containers() -> list[str]:
+    """Containers of this working directory without a slot record (a killed run's)."""
+    try:
+        return DockerRuntime().remove_labelled()
+    except EngineError:
+        return []  # no daemon: nothing can be left over
+
+
+def _log_event(event: str, config: str, **fields: Any) -> None:
+    ENGINE_LOG_DIR.mkdir(parents=True, exist_ok=True)
+    record = {"ts": now_iso(), "event": event, "config": config, **fields}
+    with (ENGINE_LOG_DIR / "events.jsonl").open("a") as f:
+        f.write(json.dumps(record) + "\n")

@@ -1,0 +1,228 @@
+"""Engine runtimes: a container through the Docker SDK, or a local process.
+
+Both start detached, so a started engine outlives the cell that started it and the next
+cell of the same config reuses it warm. A handle (a plain dict, kept in the slot's state
+file) is all a later process needs to check, read and stop the engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from gridbench.engines.commands import LaunchPlan
+from gridbench.errors import EngineError, EngineStartError, ImageNotFoundError
+from gridbench.grid import ServingConfig
+
+LABEL = "gridbench.workdir"  # containers are labelled with the working directory that started them
+
+
+class Runtime(Protocol):
+    def start(self, cfg: ServingConfig, plan: LaunchPlan, *, name: str, gpus: list[str],
+              log_path: Path, env: Mapping[str, str]) -> dict[str, Any]: ...
+    def is_running(self, handle: Mapping[str, Any]) -> bool: ...
+    def log_tail(self, handle: Mapping[str, Any], lines: int = 40) -> str: ...
+    def stop(self, handle: Mapping[str, Any], *, log_path: Path | None = None) -> None: ...
+    def image_info(self, cfg: ServingConfig) -> dict[str, Any]: ...
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class ProcessRuntime:
+    """A local command in its own process group, its output appended to the engine log."""
+
+    def start(self, cfg, plan, *, name, gpus, log_path, env):
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        child_env = {**os.environ, **cfg.all_env, **env}
+        if gpus:
+            child_env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        with log_path.open("ab") as log:
+            try:
+                proc = subprocess.Popen(
+                    list(plan.argv), stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, env=child_env, start_new_session=True,
+                )
+            except (FileNotFoundError, PermissionError) as err:
+                raise EngineStartError(
+                    f"engine {cfg.engine.name}: cannot run {plan.argv[0]!r}: {err}",
+                    hint=f"install it or fix engines.{cfg.engine.name}.command",
+                ) from err
+        return {"runtime": "process", "pid": proc.pid, "name": name,
+                "start_time": _process_start_time(proc.pid), "log_path": str(log_path)}
+
+    def is_running(self, handle):
+        pid = handle["pid"]
+        start = _process_start_time(pid)
+        if start is None or start != handle.get("start_time"):
+            return False  # gone, or the pid now belongs to another process
+        with contextlib.suppress(ChildProcessError):
+            done, _ = os.waitpid(pid, os.WNOHANG)  # reap it when we are its parent
+            if done:
+                return False
+        return _process_state(pid) not in ("Z", "X", None)
+
+    def log_tail(self, handle, lines=40):
+        return _tail(Path(handle["log_path"]), lines)
+
+    def stop(self, handle, *, log_path=None):
+        if not self.is_running(handle):
+            return
+        pid = handle["pid"]
+        for sig, wait_s in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, sig)
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline:
+                if not self.is_running(handle):
+                    return
+                time.sleep(0.05)
+        raise EngineError(f"engine process {pid} did not stop after SIGKILL",
+                          hint=f"kill it by hand: kill -9 -{pid}")
+
+    def image_info(self, cfg):
+        return {"image": None, "image_id": None, "image_digest": None,
+                "command": list(cfg.engine.command)}
+
+
+def _process_start_time(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _process_state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+class DockerRuntime:
+    """A detached container; its log is copied into the engine log when it is stopped."""
+
+    def __init__(self) -> None:
+        import docker  # the SDK is only needed when a docker engine is used
+
+        try:
+            self.client = docker.from_env()
+            self.client.ping()
+        except docker.errors.DockerException as err:
+            raise EngineError(
+                f"cannot reach the Docker daemon: {err}",
+                hint="start it (dockerd, or systemctl start docker) or use runtime: process",
+            ) from err
+        self.errors = docker.errors
+        self.types = docker.types
+
+    def _image(self, cfg: ServingConfig):
+        try:
+            return self.client.images.get(cfg.engine.image)
+        except self.errors.ImageNotFound as err:
+            raise ImageNotFoundError(
+                f"engine {cfg.engine.name}: image {cfg.engine.image} is not present locally; "
+                "gridbench never pulls images",
+                hint=f"docker pull {cfg.engine.image} (on a machine with registry access), "
+                "docker load an exported copy, or build it (scripts/build_*_image.sh)",
+            ) from err
+
+    def image_info(self, cfg):
+        image = self._image(cfg)
+        digests = image.attrs.get("RepoDigests") or []
+        return {"image": cfg.engine.image, "image_id": image.id,
+                "image_digest": digests[0] if digests else None}
+
+    def start(self, cfg, plan, *, name, gpus, log_path, env):
+        engine = cfg.engine
+        self._image(cfg)
+        with contextlib.suppress(self.errors.NotFound):
+            self.client.containers.get(name).remove(force=True)  # a leftover of a killed run
+        volumes = {
+            str(Path(v.host).resolve()): {"bind": v.container, "mode": "ro" if v.read_only else "rw"}
+            for v in cfg.all_volumes
+        }
+        kwargs: dict[str, Any] = {
+            "name": name, "detach": True, "labels": {LABEL: str(Path.cwd())},
+            "environment": {**cfg.all_env, **env}, "volumes": volumes,
+            "privileged": engine.privileged, "command": list(plan.argv),
+            "ulimits": [self.types.Ulimit(name=k, soft=v, hard=v) for k, v in engine.ulimits.items()],
+        }
+        if engine.entrypoint is not None:
+            kwargs["entrypoint"] = list(engine.entrypoint)
+        if engine.network == "host":
+            kwargs["network_mode"] = "host"
+        else:
+            kwargs["ports"] = {f"{plan.port}/tcp": (engine.host, plan.port)}
+        if engine.ipc:
+            kwargs["ipc_mode"] = engine.ipc
+        if engine.shm_size:
+            kwargs["shm_size"] = engine.shm_size
+        if engine.gpus:
+            request = {"device_ids": gpus} if gpus else {"count": -1}
+            kwargs["device_requests"] = [self.types.DeviceRequest(capabilities=[["gpu"]], **request)]
+        try:
+            container = self.client.containers.run(engine.image, **kwargs)
+        except self.errors.APIError as err:
+            raise EngineStartError(
+                f"engine {engine.name}: docker could not start {engine.image}: {err.explanation or err}",
+                hint="check the engine's docker settings (gpus, volumes, ports) in the config",
+            ) from err
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        return {"runtime": "docker", "container_id": container.id, "name": name,
+                "log_path": str(log_path)}
+
+    def _container(self, handle):
+        try:
+            return self.client.containers.get(handle["container_id"])
+        except self.errors.NotFound:
+            return None
+
+    def is_running(self, handle):
+        container = self._container(handle)
+        return container is not None and container.status in ("created", "running")
+
+    def log_tail(self, handle, lines=40):
+        container = self._container(handle)
+        if container is None:
+            return _tail(Path(handle["log_path"]), lines)
+        return container.logs(tail=lines).decode(errors="replace")
+
+    def stop(self, handle, *, log_path=None):
+        container = self._container(handle)
+        if container is None:
+            return
+        with contextlib.suppress(self.errors.APIError):
+            container.stop(timeout=15)
+        with contextlib.suppress(self.errors.APIError), Path(handle["log_path"]).open("ab") as log:
+            log.write(container.logs())
+        with contextlib.suppress(self.errors.NotFound):
+            container.remove(force=True)
+
+    def remove_labelled(self) -> list[str]:
+        """Remove the containers this working directory started (a safety net for lost state)."""
+        removed = []
+        label = f"{LABEL}={Path.cwd()}"
+        for container in self.client.containers.list(all=True, filters={"label": label}):
+            container.remove(force=True)
+            removed.append(container.name)
+        return removed
+
+
+def runtime_for(kind: str) -> Runtime:
+    return DockerRuntime() if kind == "docker" else ProcessRuntime()

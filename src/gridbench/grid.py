@@ -1,0 +1,493 @@
+"""The grid as typed, validated data: configs resolved from engines, checkpoints and
+speculations, and the cells a sweep runs.
+
+Pure: no I/O beyond reading the schema and YAML files handed in by the caller.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gridbench.errors import ConfigError
+
+VLLM_METHODS = frozenset(
+    {"dflash", "mtp", "eagle", "eagle3", "draft_model", "ngram", "medusa", "suffix"}
+)
+LLAMACPP_METHODS = frozenset(
+    {"draft-simple", "draft-mtp", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v",
+     "ngram-cache"}
+)
+DRAFT_MODEL_METHODS = frozenset({"dflash", "eagle", "eagle3", "draft_model", "medusa", "draft-simple"})
+FILTER_KEYS = {"engine": "engines", "checkpoint": "checkpoints", "speculation": "speculations",
+               "config": "configs"}
+SERVING_DEFAULTS = {
+    "max_model_len": 4096,
+    "gpu_memory_utilization": 0.9,
+    "prefix_caching": False,
+    "chunked_prefill": True,
+    "tensor_parallel_size": 1,
+    "parallel_slots": 1,
+}
+
+
+@cache
+def schema() -> dict[str, Any]:
+    text = resources.files("gridbench").joinpath("data/config.schema.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+@cache
+def _validator_class():
+    """A 2020-12 validator that fills in schema defaults as it descends, as
+    snakemake.utils.validate does (imported lazily: cells never validate)."""
+    import jsonschema
+
+    validator_class = jsonschema.Draft202012Validator
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema_):
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema and name not in instance:
+                    instance[name] = copy.deepcopy(subschema["default"])
+        yield from validate_properties(validator, properties, instance, schema_)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def _key_path(error) -> str:
+    return ".".join(str(part) for part in error.absolute_path) or "(top level)"
+
+
+def _explain(error) -> str:
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        return f"{error.message}; allowed keys: {', '.join(allowed)}"
+    if error.validator == "enum":
+        return f"{error.instance!r} is not allowed; allowed values: {', '.join(map(str, error.validator_value))}"
+    return error.message
+
+
+def validate_config(config: dict[str, Any], source: str) -> dict[str, Any]:
+    """Validate against the schema (filling defaults in place) and check references."""
+    errors = sorted(_validator_class()(schema()).iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        error = min(errors, key=lambda e: len(e.absolute_path))  # the outermost is the clearest
+        raise ConfigError(
+            f"{source}: key {_key_path(error)}: {_explain(error)}",
+            hint=f"fix {_key_path(error)} in {source} (see config/README.md for every key)",
+        )
+    Grid.from_config(config, source)  # references, per-kind rules and filters
+    return config
+
+
+def load_config_files(paths: Iterable[str | Path], overrides: Mapping[str, Any] | None = None):
+    """Load, merge (later files win, as Snakemake does) and validate config files."""
+    paths = [Path(p) for p in paths]
+    merged: dict[str, Any] = {}
+    for path in paths:
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except FileNotFoundError as err:
+            raise ConfigError(f"config file {path} does not exist") from err
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path} is not valid YAML: {err}") from err
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path} must hold a mapping at the top level")
+        _merge(merged, data)
+    if overrides:
+        _merge(merged, dict(overrides))
+    source = " + ".join(map(str, paths)) or "config"
+    validate_config(merged, source)
+    return Grid.from_config(merged, source)
+
+
+def _merge(into: dict[str, Any], update: Mapping[str, Any]) -> None:
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
+
+
+@dataclass(frozen=True)
+class Volume:
+    host: str
+    container: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    kind: str
+    runtime: str
+    label: str
+    image: str | None
+    entrypoint: tuple[str, ...] | None
+    command: tuple[str, ...]
+    env: dict[str, str]
+    volumes: tuple[Volume, ...]
+    files: tuple[str, ...]
+    extra_args: tuple[str, ...]
+    host: str
+    port: int
+    port_in_use: str
+    network: str
+    gpus: bool
+    ipc: str | None
+    shm_size: str | None
+    ulimits: dict[str, int]
+    privileged: bool
+    health_path: str
+    startup_timeout_s: float
+    fatal_log_patterns: tuple[str, ...]
+    api_key_env: str | None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    name: str
+    model: str
+    quantization: str
+    quantization_flag: str | None
+    dtype: str | None
+    served_model_name: str
+    tokenizer: str | None
+    active_weight_gb: float | None
+    files: tuple[str, ...]
+    volumes: tuple[Volume, ...]
+
+
+@dataclass(frozen=True)
+class Speculation:
+    name: str
+    method: str
+    label: str
+    draft_model: str | None
+    num_speculative_tokens: int | None
+    extra: dict[str, Any]
+    cli_form: str
+    extra_args: tuple[str, ...]
+    files: tuple[str, ...]
+    volumes: tuple[Volume, ...]
+
+    @property
+    def enabled(self) -> bool:
+        return self.method != "none"
+
+
+@dataclass(frozen=True)
+class Serving:
+    max_model_len: int
+    gpu_memory_utilization: float
+    prefix_caching: bool
+    chunked_prefill: bool
+    tensor_parallel_size: int
+    parallel_slots: int
+
+
+@dataclass(frozen=True)
+class BenchySettings:
+    pp: int
+    tg: int
+    exact_tg: bool
+    runs: int
+    concurrency: int
+    latency_mode: str
+    prefix_caching_pass: bool
+    warmup: bool
+    skip_coherence: bool
+    extra_body: dict[str, Any]
+    corpus: str
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """One named config with everything resolved: what an engine start and a cell need."""
+
+    name: str
+    label: str
+    engine: Engine
+    checkpoint: Checkpoint
+    speculation: Speculation
+    serving: Serving
+    extra_args: tuple[str, ...]
+    env: dict[str, str]
+    volumes: tuple[Volume, ...]
+    bench_extra_body: dict[str, Any]
+
+    @property
+    def serve_args(self) -> tuple[str, ...]:
+        return self.engine.extra_args + self.speculation.extra_args + self.extra_args
+
+    @property
+    def all_env(self) -> dict[str, str]:
+        return {**self.engine.env, **self.env}
+
+    @property
+    def all_volumes(self) -> tuple[Volume, ...]:
+        return self.engine.volumes + self.checkpoint.volumes + self.speculation.volumes + self.volumes
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        seen = dict.fromkeys(self.engine.files + self.checkpoint.files + self.speculation.files)
+        seen.update(dict.fromkeys(v.host for v in self.all_volumes))
+        return tuple(seen)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def fingerprint(self) -> str:
+        """Hash of everything that decides how the engine is started."""
+        data = self.to_dict()
+        data.pop("label")
+        data.pop("bench_extra_body")
+        data["engine"].pop("label")
+        data["speculation"].pop("label")
+        encoded = json.dumps(data, sort_keys=True, default=str).encode()
+        return hashlib.sha256(encoded).hexdigest()[:16]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ServingConfig:
+        def volumes(items) -> tuple[Volume, ...]:
+            return tuple(Volume(**v) for v in items)
+
+        def tupled(d: Mapping[str, Any], cls_, **extra):
+            d = dict(d)
+            for key, value in list(d.items()):
+                if key == "volumes":
+                    d[key] = volumes(value)
+                elif isinstance(value, list):
+                    d[key] = tuple(value)
+            return cls_(**d, **extra)
+
+        return cls(
+            name=data["name"],
+            label=data["label"],
+            engine=tupled(data["engine"], Engine),
+            checkpoint=tupled(data["checkpoint"], Checkpoint),
+            speculation=tupled(data["speculation"], Speculation),
+            serving=Serving(**data["serving"]),
+            extra_args=tuple(data["extra_args"]),
+            env=dict(data["env"]),
+            volumes=volumes(data["volumes"]),
+            bench_extra_body=dict(data["bench_extra_body"]),
+        )
+
+
+@dataclass(frozen=True)
+class Cell:
+    config: str
+    depth: int
+
+
+@dataclass(frozen=True)
+class SkippedCell:
+    config: str
+    depth: int
+    reason: str
+
+
+@dataclass
+class Grid:
+    """Every config of a study, the benchmark settings and the active filters."""
+
+    source: str
+    configs: dict[str, ServingConfig]
+    depths: tuple[int, ...]
+    benchy: BenchySettings
+    natural: dict[str, Any] | None
+    study: dict[str, Any]
+    gpu_slots: tuple[str, ...] | None
+    filters: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], source: str = "config") -> Grid:
+        """Build from a schema-validated config (defaults filled in); checks references."""
+        engines = {n: _engine(n, e) for n, e in config["engines"].items()}
+        checkpoints = {n: _checkpoint(n, c) for n, c in config["checkpoints"].items()}
+        speculations = {n: _speculation(n, s) for n, s in config["speculations"].items()}
+        serving_defaults = {**SERVING_DEFAULTS, **config.get("serving", {})}
+        configs = {}
+        for name, entry in config["configs"].items():
+            for key, table in (("engine", engines), ("checkpoint", checkpoints),
+                               ("speculation", speculations)):
+                if entry[key] not in table:
+                    raise ConfigError(
+                        f"{source}: key configs.{name}.{key}: unknown {key} {entry[key]!r}; "
+                        f"allowed values: {', '.join(table)}",
+                        hint=f"declare {entry[key]!r} under {FILTER_KEYS[key]} or fix the name",
+                    )
+            engine = engines[entry["engine"]]
+            speculation = speculations[entry["speculation"]]
+            _check_speculation(source, name, engine, speculation)
+            serving = Serving(**{**serving_defaults, **entry.get("serving", {})})
+            checkpoint = checkpoints[entry["checkpoint"]]
+            configs[name] = ServingConfig(
+                name=name,
+                label=entry.get("label") or f"{checkpoint.quantization} · {engine.label} · "
+                f"{speculation.label}",
+                engine=engine,
+                checkpoint=checkpoint,
+                speculation=speculation,
+                serving=serving,
+                extra_args=tuple(map(str, entry.get("extra_args", []))),
+                env={k: str(v) for k, v in entry.get("env", {}).items()},
+                volumes=tuple(Volume(**v) for v in entry.get("volumes", [])),
+                bench_extra_body=dict(entry.get("bench", {}).get("extra_body", {})),
+            )
+        benchy = BenchySettings(**config["benchy"])
+        grid = cls(
+            source=source,
+            configs=configs,
+            depths=tuple(sorted(config["depths"])),
+            benchy=benchy,
+            natural=config.get("natural"),
+            study=dict(config.get("study", {})),
+            gpu_slots=tuple(map(str, config["gpu_slots"])) if config.get("gpu_slots") else None,
+        )
+        grid.filters = grid._parse_filters(config)
+        return grid
+
+    def _parse_filters(self, config: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+        allowed = {
+            "config": list(self.configs),
+            "engine": list(dict.fromkeys(c.engine.name for c in self.configs.values())),
+            "checkpoint": list(dict.fromkeys(c.checkpoint.name for c in self.configs.values())),
+            "speculation": list(dict.fromkeys(c.speculation.name for c in self.configs.values())),
+        }
+        filters = {}
+        for key in FILTER_KEYS:
+            raw = config.get(key)
+            if raw is None:
+                continue
+            values = tuple(v.strip() for v in str(raw).split(",") if v.strip())
+            unknown = [v for v in values if v not in allowed[key]]
+            if unknown or not values:
+                raise ConfigError(
+                    f"--config {key}={raw}: unknown {key} {', '.join(unknown) or '(empty)'}; "
+                    f"allowed values: {', '.join(allowed[key])}",
+                    hint=f"pick {key}s used by the configs of {self.source}",
+                )
+            filters[key] = values
+        return filters
+
+    def selected(self) -> list[ServingConfig]:
+        """Configs that pass every filter, in declaration order."""
+
+        def keep(c: ServingConfig) -> bool:
+            names = {"config": c.name, "engine": c.engine.name, "checkpoint": c.checkpoint.name,
+                     "speculation": c.speculation.name}
+            return all(names[key] in values for key, values in self.filters.items())
+
+        chosen = [c for c in self.configs.values() if keep(c)]
+        if not chosen:
+            described = ", ".join(f"{k}={','.join(v)}" for k, v in self.filters.items())
+            raise ConfigError(
+                f"{self.source}: no config matches {described}",
+                hint="loosen the filters; `gridbench cells --configfile ...` lists the grid",
+            )
+        return chosen
+
+    def cells(self) -> tuple[list[Cell], list[SkippedCell]]:
+        """Scheduled cells in run order (config-major), and the cells too long to run."""
+        scheduled, skipped = [], []
+        for cfg in self.selected():
+            for depth in self.depths:
+                needed = depth + self.benchy.pp + self.benchy.tg
+                if needed > cfg.serving.max_model_len:
+                    skipped.append(SkippedCell(
+                        cfg.name, depth,
+                        f"depth {depth} + pp {self.benchy.pp} + tg {self.benchy.tg} = {needed} "
+                        f"exceeds max_model_len {cfg.serving.max_model_len}",
+                    ))
+                else:
+                    scheduled.append(Cell(cfg.name, depth))
+        return scheduled, skipped
+
+
+def _label(entry: Mapping[str, Any], fallback: str) -> str:
+    return entry.get("label") or fallback
+
+
+def _engine(name: str, e: Mapping[str, Any]) -> Engine:
+    if e["runtime"] == "docker" and not e.get("image"):
+        raise ConfigError(f"key engines.{name}.image: the docker runtime needs an image",
+                          hint=f"set engines.{name}.image or use runtime: process")
+    if e["runtime"] == "process" and not e.get("command"):
+        raise ConfigError(f"key engines.{name}.command: the process runtime needs a command",
+                          hint="e.g. command: [vllm, serve] or [llama-server]")
+    return Engine(
+        name=name, kind=e["kind"], runtime=e["runtime"], label=_label(e, name),
+        image=e.get("image"),
+        entrypoint=tuple(map(str, e["entrypoint"])) if e.get("entrypoint") is not None else None,
+        command=tuple(map(str, e["command"])),
+        env={k: str(v) for k, v in e["env"].items()},
+        volumes=tuple(Volume(**v) for v in e["volumes"]),
+        files=tuple(e["files"]), extra_args=tuple(map(str, e["extra_args"])),
+        host=e["host"], port=e["port"], port_in_use=e["port_in_use"], network=e["network"],
+        gpus=e["gpus"], ipc=e["ipc"], shm_size=e["shm_size"], ulimits=dict(e["ulimits"]),
+        privileged=e["privileged"], health_path=e["health_path"],
+        startup_timeout_s=float(e["startup_timeout_s"]),
+        fatal_log_patterns=tuple(e["fatal_log_patterns"]), api_key_env=e["api_key_env"],
+    )
+
+
+def _checkpoint(name: str, c: Mapping[str, Any]) -> Checkpoint:
+    return Checkpoint(
+        name=name, model=c["model"], quantization=c["quantization"],
+        quantization_flag=c["quantization_flag"], dtype=c["dtype"],
+        served_model_name=c.get("served_model_name") or name, tokenizer=c.get("tokenizer"),
+        active_weight_gb=c.get("active_weight_gb"), files=tuple(c["files"]),
+        volumes=tuple(Volume(**v) for v in c["volumes"]),
+    )
+
+
+def _speculation(name: str, s: Mapping[str, Any]) -> Speculation:
+    method = s["method"]
+    if method == "none":
+        label = _label(s, "none")
+    else:
+        k = s.get("num_speculative_tokens")
+        label = _label(s, f"{method} n={k}" if k else method)
+    return Speculation(
+        name=name, method=method, label=label, draft_model=s["draft_model"],
+        num_speculative_tokens=s.get("num_speculative_tokens"), extra=dict(s["extra"]),
+        cli_form=s["cli_form"], extra_args=tuple(map(str, s["extra_args"])),
+        files=tuple(s["files"]), volumes=tuple(Volume(**v) for v in s["volumes"]),
+    )
+
+
+def _check_speculation(source: str, config: str, engine: Engine, spec: Speculation) -> None:
+    if not spec.enabled:
+        return
+    allowed = VLLM_METHODS if engine.kind == "vllm" else LLAMACPP_METHODS
+    where = f"{source}: key speculations.{spec.name}.method (used by configs.{config})"
+    if spec.method not in allowed:
+        raise ConfigError(
+            f"{where}: {spec.method!r} is not a {engine.kind} method; allowed values: "
+            f"{', '.join(sorted(allowed))}",
+            hint=f"use a {engine.kind} method or put the config on another engine",
+        )
+    if spec.method in DRAFT_MODEL_METHODS and not spec.draft_model:
+        raise ConfigError(f"{where}: method {spec.method} needs draft_model",
+                          hint=f"set speculations.{spec.name}.draft_model")
+    if spec.num_speculative_tokens is None and spec.method != "suffix":
+        raise ConfigError(f"{where}: method {spec.method} needs num_speculative_tokens",
+                          hint=f"set speculations.{spec.name}.num_speculative_tokens")
+    try:
+        json.dumps(spec.extra)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{where}: extra is not JSON: {err}") from err

@@ -1,0 +1,190 @@
+"""llama-benchy for one (config, depth) cell: command line, offline set-up, run, checks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gridbench.errors import BenchmarkError, ConfigError
+from gridbench.files import atomic_write_bytes
+from gridbench.grid import BenchySettings, ServingConfig
+
+BENCHY_HOME = Path(".gridbench/benchy-home")
+# Never fetched: llama-benchy reads its cache, keyed by md5 of this URL, before any download.
+_UNREACHABLE_BOOK = "http://127.0.0.1:9/gridbench-corpus/{digest}.txt"
+# llama-benchy metrics that carry one value per request (runs x concurrency of them)
+PER_REQUEST_METRICS = ("ttfr", "est_ppt", "e2e_ttft", "pp_req_throughput", "tg_req_throughput")
+REQUIRED_METRICS = ("pp_throughput", "tg_throughput", "e2e_ttft")
+
+
+@dataclass(frozen=True)
+class BenchyRun:
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    result_path: Path
+    progress_path: Path
+
+
+def benchy_executable() -> str:
+    """llama-benchy beside the running interpreter (the venv), else from PATH."""
+    local = Path(sys.executable).parent / "llama-benchy"
+    return str(local) if local.exists() else "llama-benchy"
+
+
+def seed_corpus(corpus: Path, home: Path = BENCHY_HOME) -> str:
+    """Put the corpus where llama-benchy looks before downloading; returns the book URL."""
+    try:
+        data = corpus.read_bytes()
+    except FileNotFoundError as err:
+        raise ConfigError(f"benchy.corpus {corpus} does not exist",
+                          hint="let the workflow generate it (rule make_corpus) or point "
+                          "benchy.corpus at a local text file") from err
+    url = _UNREACHABLE_BOOK.format(digest=hashlib.sha256(data).hexdigest()[:16])
+    cache = home / ".cache/llama-benchy" / (hashlib.md5(url.encode()).hexdigest() + ".txt")
+    if not cache.exists():
+        atomic_write_bytes(cache, data)
+    return url
+
+
+def build_run(
+    cfg: ServingConfig, depth: int, settings: BenchySettings, *, base_url: str, book_url: str,
+    workdir: Path, post_run_cmd: str | None = None,
+) -> BenchyRun:
+    tokenizer = cfg.checkpoint.tokenizer
+    if not tokenizer:
+        raise ConfigError(
+            f"checkpoint {cfg.checkpoint.name} (config {cfg.name}) has no tokenizer; "
+            "llama-benchy needs a local one and never downloads it",
+            hint=f"set checkpoints.{cfg.checkpoint.name}.tokenizer to a tokenizer.json",
+        )
+    result = workdir / "benchy.json"
+    progress = workdir / "benchy.progress.jsonl"
+    argv = [
+        benchy_executable(), "--base-url", f"{base_url}/v1",
+        "--model", cfg.checkpoint.served_model_name,
+        "--served-model-name", cfg.checkpoint.served_model_name,
+        "--tokenizer", tokenizer, "--book-url", book_url,
+        "--pp", str(settings.pp), "--tg", str(settings.tg), "--depth", str(depth),
+        "--runs", str(settings.runs), "--concurrency", str(settings.concurrency),
+        "--latency-mode", settings.latency_mode,
+    ]
+    if settings.exact_tg:
+        argv.append("--exact-tg")
+    if settings.prefix_caching_pass:
+        argv.append("--enable-prefix-caching")
+    if not settings.warmup:
+        argv.append("--no-warmup")
+    if settings.skip_coherence:
+        argv.append("--skip-coherence")
+    for key, value in {**settings.extra_body, **cfg.bench_extra_body}.items():
+        argv += ["--extra-body", f"{key}={json.dumps(value, separators=(',', ':'))}"]
+    if post_run_cmd:
+        argv += ["--post-run-cmd", post_run_cmd]
+    argv += ["--format", "json", "--save-result", str(result), "--emit-progress", str(progress)]
+    env = {"HOME": str(BENCHY_HOME.resolve()), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "HF_HUB_DISABLE_TELEMETRY": "1", "PYTHONUNBUFFERED": "1"}
+    if cfg.engine.api_key_env and os.environ.get(cfg.engine.api_key_env):
+        env["LLAMA_BENCHY_API_KEY"] = os.environ[cfg.engine.api_key_env]
+        argv[1:1] = ["--api-key", "$LLAMA_BENCHY_API_KEY"]  # placeholder, resolved in run()
+    return BenchyRun(tuple(argv), env, result, progress)
+
+
+def redacted_argv(run: BenchyRun) -> list[str]:
+    return list(run.argv)  # the key appears only as the $LLAMA_BENCHY_API_KEY placeholder
+
+
+def run(run: BenchyRun, *, timeout_s: float, what: str) -> float:
+    """Run llama-benchy; its output goes to our stdout (the cell log). Returns wall seconds.
+
+    It runs in its own process group, so a timeout or a signal to the cell ends all of it."""
+    env = {**os.environ, **run.env}
+    argv = [env["LLAMA_BENCHY_API_KEY"] if a == "$LLAMA_BENCHY_API_KEY" else a for a in run.argv]
+    print(f"+ {shlex.join(run.argv)}", flush=True)  # noqa: T201 - the cell log
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, env=env, start_new_session=True, stdin=subprocess.DEVNULL)
+    try:
+        rc = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired as err:
+        _kill_group(proc)
+        raise BenchmarkError(f"{what}: llama-benchy still running after {timeout_s:g} s; killed",
+                             hint="raise benchy.timeout_s, or check the engine log for a hang") from err
+    except BaseException:
+        _kill_group(proc)
+        raise
+    wall = time.monotonic() - started
+    if rc != 0:
+        raise BenchmarkError(f"{what}: llama-benchy exited with code {rc}",
+                             hint="read the cell log above this line")
+    return wall
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def read_progress(path: Path) -> list[dict[str, Any]]:
+    events = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                events.append(json.loads(line))
+    return events
+
+
+def check_result(result: dict[str, Any], progress: list[dict[str, Any]], *, depth: int,
+                 settings: BenchySettings, what: str) -> dict[str, Any]:
+    """The measured benchmark entry of a run, after checking that it counts.
+
+    It must cover the cell's depth, carry every required metric with one value per request,
+    have no failed request and, with exact-tg, exactly tg generated tokens per request."""
+    entries = [b for b in result.get("benchmarks", [])
+               if b.get("context_size") == depth and not b.get("is_context_prefill_phase")]
+    if len(entries) != 1:
+        raise BenchmarkError(f"{what}: llama-benchy reported {len(entries)} results for depth {depth}")
+    entry = entries[0]
+    expected = settings.runs * settings.concurrency
+    for metric in REQUIRED_METRICS:
+        if not isinstance(entry.get(metric), dict) or entry[metric].get("mean") is None:
+            raise BenchmarkError(f"{what}: llama-benchy could not measure {metric} (null)",
+                                 hint="rerun the cell; a loaded machine can leave it unmeasured")
+    for metric in PER_REQUEST_METRICS:
+        values = (entry.get(metric) or {}).get("values") or []
+        if len(values) != expected:
+            raise BenchmarkError(
+                f"{what}: {metric} has {len(values)} values, expected {expected} "
+                f"(runs {settings.runs} x concurrency {settings.concurrency}): requests failed",
+                hint="read the cell log for the failed requests' errors",
+            )
+    ends = [e for e in progress if e.get("type") == "request_end"
+            and not e.get("is_context_prefill_phase")]
+    errors = [e["error"] for e in ends if e.get("error")]
+    if errors:
+        raise BenchmarkError(f"{what}: {len(errors)} requests failed, first: {errors[0]}")
+    measured = [e for e in ends if e.get("total_tokens") is not None]
+    if settings.exact_tg:
+        wrong = [e["total_tokens"] for e in measured[-expected:] if e["total_tokens"] != settings.tg]
+        if len(measured) < expected or wrong:
+            raise BenchmarkError(
+                f"{what}: exact-tg asked for {settings.tg} tokens per request, got "
+                f"{wrong or 'fewer requests than runs'}",
+                hint="the engine ignored min_tokens/ignore_eos; check its version and flags",
+            )
+    return entry

@@ -1,0 +1,72 @@
+"""Where a number came from: host, GPU, versions and the exact command lines of a cell."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+from functools import cache
+from typing import Any
+
+import gridbench
+
+SCHEMA = "gridbench.provenance.v1"
+_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+REDACTED = "<redacted>"
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: (REDACTED if _SECRET_NAME.search(k) else v) for k, v in env.items()}
+
+
+def redact_config(data: dict[str, Any]) -> dict[str, Any]:
+    """A config dict (ServingConfig.to_dict) with secret-looking env values redacted."""
+    out = dict(data)
+    out["env"] = redact_env(data.get("env", {}))
+    out["engine"] = {**data["engine"], "env": redact_env(data["engine"].get("env", {}))}
+    return out
+
+
+def scrub(text: str) -> str:
+    """Remove the values of secret-looking environment variables from text (logs, errors)."""
+    for name, value in os.environ.items():
+        if _SECRET_NAME.search(name) and len(value) >= 6:
+            text = text.replace(value, REDACTED)
+    return text
+
+
+@cache
+def gpu_info() -> dict[str, Any]:
+    """GPU names and the driver from nvidia-smi; nulls on a machine without one."""
+    if not shutil.which("nvidia-smi"):
+        return {"gpu": None, "gpu_count": 0, "driver": None}
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return {"gpu": None, "gpu_count": 0, "driver": None}
+    rows = [[part.strip() for part in line.split(",")] for line in out.splitlines() if line.strip()]
+    return {"gpu": rows[0][0] if rows else None, "gpu_count": len(rows),
+            "driver": rows[0][1] if rows else None, "gpu_memory": rows[0][2] if rows else None}
+
+
+@cache
+def host_info() -> dict[str, Any]:
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        **gpu_info(),
+    }
+
+
+def versions(load_generator: str, load_generator_version: str | None) -> dict[str, Any]:
+    return {"gridbench": gridbench.__version__, "load_generator": load_generator,
+            "load_generator_version": load_generator_version}

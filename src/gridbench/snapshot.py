@@ -1,0 +1,22 @@
+"""Save one /metrics scrape: ``python -m gridbench.snapshot URL DIR``.
+
+llama-benchy runs this after every run (--post-run-cmd), so it imports nothing heavy."""
+
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+
+def main() -> None:
+    url, out_dir = sys.argv[1], Path(sys.argv[2])
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read()
+    path = out_dir / f"{time.time_ns()}.prom"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(text)
+    tmp.replace(path)
+
+
+if __name__ == "__main__":
+    main()

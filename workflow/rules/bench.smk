@@ -1,0 +1,16 @@
+rule bench_cell:
+    input:
+        get_cell_files,
+    output:
+        raw="results/raw/{config}/depth_{depth}.json",
+        provenance="results/raw/{config}/depth_{depth}.provenance.json",
+    params:
+        spec=get_cell_spec,
+    priority: get_cell_priority
+    resources:
+        engine_slots=1,
+    log:
+        "logs/cells/{config}/depth_{depth}.log",
+    shell:
+        "gridbench bench --spec {params.spec:q}"
+        " --raw {output.raw:q} --provenance {output.provenance:q} > {log:q} 2>&1"
