@@ -24,8 +24,12 @@ rule all:
 
 
 onsuccess:
-    shell("mkdir -p logs/engines && gridbench engine stop --all >> logs/engines/stop.log 2>&1 || true")
+    shell(
+        "mkdir -p logs/engines && gridbench engine stop --all >> logs/engines/stop.log 2>&1 || true"
+    )
 
 
 onerror:
-    shell("mkdir -p logs/engines && gridbench engine stop --all >> logs/engines/stop.log 2>&1 || true")
+    shell(
+        "mkdir -p logs/engines && gridbench engine stop --all >> logs/engines/stop.log 2>&1 || true"
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import shlex
 import shutil
 import signal
@@ -27,6 +28,8 @@ from gridbench.files import atomic_write_bytes, atomic_write_json
 from gridbench.grid import BenchySettings, Grid, ServingConfig
 from gridbench.harness import benchy
 from gridbench.spec_metrics import acceptance, parse_spec_counters
+
+log = logging.getLogger(__name__)
 
 FAILURE_DIR = Path("results/failures")
 TMP_DIR = Path("results/.tmp")
@@ -75,8 +78,13 @@ class CellSpec:
 
 
 def benchy_cell_spec(grid: Grid, config: str, depth: int, slots: list[str]) -> CellSpec:
-    return CellSpec(kind="benchy", config=grid.configs[config].to_dict(), slots=slots,
-                    depth=depth, benchy=asdict(grid.benchy))
+    return CellSpec(
+        kind="benchy",
+        config=grid.configs[config].to_dict(),
+        slots=slots,
+        depth=depth,
+        benchy=asdict(grid.benchy),
+    )
 
 
 class _Interrupted(BaseException):
@@ -98,16 +106,23 @@ def _signals_interrupt() -> Iterator[None]:
 
 def _engine_record(engine: EngineLease, cfg: ServingConfig) -> dict[str, Any]:
     return {
-        "kind": cfg.engine.kind, "runtime": cfg.engine.runtime, **engine.image,
-        "version": engine.version, "serve_argv": list(engine.plan.argv),
-        "serve_command": engine.plan.shell_line(), "base_url": engine.base_url,
-        "slot": engine.slot, "started_at": engine.started_at, "startup_s": engine.ready_s,
+        "kind": cfg.engine.kind,
+        "runtime": cfg.engine.runtime,
+        **engine.image,
+        "version": engine.version,
+        "serve_argv": list(engine.plan.argv),
+        "serve_command": engine.plan.shell_line(),
+        "base_url": engine.base_url,
+        "slot": engine.slot,
+        "started_at": engine.started_at,
+        "startup_s": engine.ready_s,
         "reused": engine.reused,
     }
 
 
-def run_cell(spec: CellSpec, outputs: dict[str, Path],
-             measure: Callable[[CellSpec, EngineLease, Path], dict[str, Any]]) -> int:
+def run_cell(
+    spec: CellSpec, outputs: dict[str, Path], measure: Callable[[CellSpec, EngineLease, Path], dict[str, Any]]
+) -> int:
     """Lease an engine, call ``measure`` in a scratch folder, write ``outputs`` atomically.
 
     ``measure`` returns {"files": {output key: bytes}, "provenance": {...}}. Returns the exit
@@ -120,18 +135,28 @@ def run_cell(spec: CellSpec, outputs: dict[str, Path],
     scratch = Path(tempfile.mkdtemp(prefix=f"{cfg.name}-{spec.cell_id}-", dir=TMP_DIR))
     try:
         with _signals_interrupt(), manager.lease(cfg) as engine:
-            print(f"{spec.what}: engine {'reused' if engine.reused else 'started'} "  # noqa: T201
-                  f"at {engine.base_url} (slot {engine.slot})", flush=True)
+            log.info(
+                f"{spec.what}: engine {'reused' if engine.reused else 'started'} "
+                f"at {engine.base_url} (slot {engine.slot})"
+            )
             measured = measure(spec, engine, scratch)
             if not manager.is_alive(engine):
-                raise EngineDiedError(f"{spec.what}: the engine died while the cell was measuring",
-                                      hint="read the engine log; the next cell starts a fresh engine",
-                                      log_tail=manager.log_tail(engine))
+                raise EngineDiedError(
+                    f"{spec.what}: the engine died while the cell was measuring",
+                    hint="read the engine log; the next cell starts a fresh engine",
+                    log_tail=manager.log_tail(engine),
+                )
             record = {
-                "schema": provenance.SCHEMA, "cell": spec.what, "config": cfg.name,
-                "fingerprint": cfg.fingerprint(), "effective_config": provenance.redact_config(cfg.to_dict()),
-                "engine": _engine_record(engine, cfg), "host": provenance.host_info(),
-                "started_at": started_at, "finished_at": now_iso(), **measured["provenance"],
+                "schema": provenance.SCHEMA,
+                "cell": spec.what,
+                "config": cfg.name,
+                "fingerprint": cfg.fingerprint(),
+                "effective_config": provenance.redact_config(cfg.to_dict()),
+                "engine": _engine_record(engine, cfg),
+                "host": provenance.host_info(),
+                "started_at": started_at,
+                "finished_at": now_iso(),
+                **measured["provenance"],
             }
             for key, data in measured["files"].items():
                 atomic_write_bytes(outputs[key], data)
@@ -141,8 +166,9 @@ def run_cell(spec: CellSpec, outputs: dict[str, Path],
     except (GridbenchError, _Interrupted, Exception) as err:
         for path in outputs.values():
             path.unlink(missing_ok=True)  # nothing partial may pass as a result
-        if engine is not None and (isinstance(err, EngineError | _Interrupted)
-                                   or not manager.is_alive(engine)):
+        if engine is not None and (
+            isinstance(err, EngineError | _Interrupted) or not manager.is_alive(engine)
+        ):
             with contextlib.suppress(Exception):
                 manager.discard(engine)  # the next cell starts a fresh engine
         _write_failure(spec, err, started_at)
@@ -169,22 +195,29 @@ def _write_failure(spec: CellSpec, err: BaseException, started_at: str) -> None:
         kind = type(err).__name__
     log_tail = provenance.scrub(getattr(err, "log_tail", "") or "")
     record = {
-        "cell": spec.what, "config": spec.config["name"], "kind": spec.kind, "depth": spec.depth,
-        "prompt_class": spec.prompt_class, "concurrency": spec.concurrency,
-        "error_type": kind, "reason": provenance.scrub(reason),
+        "cell": spec.what,
+        "config": spec.config["name"],
+        "kind": spec.kind,
+        "depth": spec.depth,
+        "prompt_class": spec.prompt_class,
+        "concurrency": spec.concurrency,
+        "error_type": kind,
+        "reason": provenance.scrub(reason),
         "hint": getattr(err, "hint", None),
         "exit_code": 130 if kind == "interrupted" else getattr(err, "exit_code", 1),
-        "engine_log_tail": log_tail, "started_at": started_at, "failed_at": now_iso(),
+        "engine_log_tail": log_tail,
+        "started_at": started_at,
+        "failed_at": now_iso(),
         "cell_log": f"logs/cells/{spec.config['name']}/{spec.cell_id}.log",
     }
     if not isinstance(err, GridbenchError | _Interrupted):
         record["traceback"] = provenance.scrub(traceback.format_exc())
     atomic_write_json(spec.failure_path(), record)
-    print(f"FAILED {provenance.scrub(reason)}", flush=True)  # noqa: T201 - the cell log
+    log.info(f"FAILED {provenance.scrub(reason)}")
     if record["hint"]:
-        print(f"  what to do: {record['hint']}", flush=True)  # noqa: T201
+        log.info(f"  what to do: {record['hint']}")
     if log_tail:
-        print(f"--- engine log tail ---\n{log_tail}", flush=True)  # noqa: T201
+        log.info(f"--- engine log tail ---\n{log_tail}")
 
 
 def measure_benchy(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[str, Any]:
@@ -194,34 +227,62 @@ def measure_benchy(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[s
     cache_reset = probe.reset_prefix_cache(cfg.engine.kind, engine.base_url, engine.headers)
     book_url = benchy.seed_corpus(Path(settings.corpus))
     snapshots = scratch / "metrics"
-    post_run = None
-    if cfg.speculation.enabled:
-        snapshots.mkdir()
-        post_run = snapshot_command(engine.base_url, snapshots)
-    run = benchy.build_run(cfg, spec.depth, settings, base_url=engine.base_url,
-                           book_url=book_url, workdir=scratch, post_run_cmd=post_run)
-    before_own = probe.fetch_metrics(engine.base_url, engine.headers) if post_run else None
-    bench_started = now_iso()
-    wall_s = benchy.run(run, timeout_s=settings.timeout_s, what=spec.what)
-    after = probe.fetch_metrics(engine.base_url, engine.headers) if post_run else None
-    try:
-        raw = run.result_path.read_bytes()
-        result = json.loads(raw)
-    except (FileNotFoundError, json.JSONDecodeError) as err:
-        raise BenchmarkError(f"{spec.what}: llama-benchy wrote no readable result: {err}") from err
-    entry = benchy.check_result(result, benchy.read_progress(run.progress_path), depth=spec.depth,
-                                settings=settings, what=spec.what)
+    post_run = snapshot_command(engine.base_url, snapshots) if cfg.speculation.enabled else None
+    attempts: list[str] = []
+    while True:
+        shutil.rmtree(snapshots, ignore_errors=True)
+        if post_run:
+            snapshots.mkdir()
+        run = benchy.build_run(
+            cfg,
+            spec.depth,
+            settings,
+            base_url=engine.base_url,
+            book_url=book_url,
+            workdir=scratch,
+            post_run_cmd=post_run,
+        )
+        before_own = probe.fetch_metrics(engine.base_url, engine.headers) if post_run else None
+        bench_started = now_iso()
+        wall_s = benchy.run(run, timeout_s=settings.timeout_s, what=spec.what)
+        after = probe.fetch_metrics(engine.base_url, engine.headers) if post_run else None
+        try:
+            raw = run.result_path.read_bytes()
+            result = json.loads(raw)
+        except (FileNotFoundError, json.JSONDecodeError) as err:
+            raise BenchmarkError(f"{spec.what}: llama-benchy wrote no readable result: {err}") from err
+        try:
+            entry = benchy.check_result(
+                result,
+                benchy.read_progress(run.progress_path),
+                depth=spec.depth,
+                settings=settings,
+                what=spec.what,
+            )
+            break
+        except benchy.TransportError as err:
+            attempts.append(err.message)
+            if len(attempts) > settings.transport_retries:
+                raise
+            log.info(f"{err.message}; measuring the cell again (attempt {len(attempts) + 1})")
     spec_decode = None
     if post_run:
         spec_decode = _acceptance(snapshots, before_own, after, settings.warmup, spec.what)
-    print(f"{spec.what}: decode {entry['tg_throughput']['mean']:.2f} tok/s, "  # noqa: T201
-          f"TTFT {entry['e2e_ttft']['mean']:.1f} ms", flush=True)
+    log.info(
+        f"{spec.what}: decode {entry['tg_throughput']['mean']:.2f} tok/s, "
+        f"TTFT {entry['e2e_ttft']['mean']:.1f} ms"
+    )
     return {
         "files": {"raw": raw},
         "provenance": {
             "versions": provenance.versions("llama-benchy", result.get("version")),
-            "bench": {"argv": benchy.redacted_argv(run), "started_at": bench_started,
-                      "finished_at": now_iso(), "wall_s": round(wall_s, 3)},
+            "bench": {
+                "argv": benchy.redacted_argv(run),
+                "started_at": bench_started,
+                "finished_at": now_iso(),
+                "wall_s": round(wall_s, 3),
+                "discarded_attempts": attempts,
+            },
             "prefix_cache_reset": cache_reset,
             "spec_decode": spec_decode,
         },
@@ -230,12 +291,14 @@ def measure_benchy(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[s
 
 def snapshot_command(base_url: str, out_dir: Path) -> str:
     """Shell line for llama-benchy's --post-run-cmd: save /metrics after every run."""
-    return shlex.join([sys.executable, "-m", "gridbench.snapshot", f"{base_url}/metrics",
-                       str(out_dir.resolve())])
+    return shlex.join(
+        [sys.executable, "-m", "gridbench.snapshot", f"{base_url}/metrics", str(out_dir.resolve())]
+    )
 
 
-def _acceptance(snapshots: Path, before_own: str | None, after: str | None, warmup: bool,
-                what: str) -> dict[str, Any]:
+def _acceptance(
+    snapshots: Path, before_own: str | None, after: str | None, warmup: bool, what: str
+) -> dict[str, Any]:
     files = sorted(snapshots.glob("*.prom"))
     # after llama-benchy's warm-up run comes the first snapshot: the measured window starts there
     before_text = files[0].read_text() if warmup and files else before_own

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -14,10 +15,20 @@ from gridbench.errors import GridbenchError
 
 
 def _add_configfile(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--configfile", action="append", required=True, metavar="FILE",
-                        help="grid config (repeat to merge, later files win)")
-    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
-                        help="override or filter, as snakemake --config (e.g. engine=aeon)")
+    parser.add_argument(
+        "--configfile",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="grid config (repeat to merge, later files win)",
+    )
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override or filter, as snakemake --config (e.g. engine=aeon)",
+    )
 
 
 def _load_grid(args: argparse.Namespace):
@@ -89,13 +100,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_dataset(args: argparse.Namespace) -> int:
-    from gridbench.data.dataset import build_from_plan
+    from gridbench.aggregate.dataset import build_from_plan
     from gridbench.grid import Grid
     from gridbench.plan import benchy_plan
 
     grid = Grid.from_config(json.loads(Path(args.grid).read_text()), str(args.grid))
-    frame = build_from_plan(benchy_plan(grid), csv=args.csv, json_path=args.json,
-                            parquet=args.parquet)
+    frame = build_from_plan(benchy_plan(grid), csv=args.csv, json_path=args.json, parquet=args.parquet)
     print(f"wrote {len(frame)} rows to {args.csv}, {args.json}, {args.parquet}")
     return 0
 
@@ -152,8 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("dataset", help="aggregate raw results into the dataset")
-    p.add_argument("--grid", required=True, type=Path,
-                   help="the validated grid config as JSON (written by the workflow)")
+    p.add_argument(
+        "--grid", required=True, type=Path, help="the validated grid config as JSON (written by the workflow)"
+    )
     p.add_argument("--csv", required=True, type=Path)
     p.add_argument("--json", required=True, type=Path)
     p.add_argument("--parquet", required=True, type=Path)
@@ -182,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(message)s")
     try:
         return args.func(args)
     except GridbenchError as err:

@@ -34,6 +34,10 @@ class EngineError(GridbenchError):
         super().__init__(message, hint=hint)
         self.log_tail = log_tail
 
+    def __str__(self) -> str:
+        text = super().__str__()
+        return f"{text}\n--- engine log tail ---\n{self.log_tail}" if self.log_tail else text
+
 
 class ImageNotFoundError(EngineError):
     """The engine image is not present locally; gridbench never pulls at run time."""

@@ -20,16 +20,17 @@ import yaml
 
 from gridbench.errors import ConfigError
 
-VLLM_METHODS = frozenset(
-    {"dflash", "mtp", "eagle", "eagle3", "draft_model", "ngram", "medusa", "suffix"}
-)
+VLLM_METHODS = frozenset({"dflash", "mtp", "eagle", "eagle3", "draft_model", "ngram", "medusa", "suffix"})
 LLAMACPP_METHODS = frozenset(
-    {"draft-simple", "draft-mtp", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v",
-     "ngram-cache"}
+    {"draft-simple", "draft-mtp", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache"}
 )
 DRAFT_MODEL_METHODS = frozenset({"dflash", "eagle", "eagle3", "draft_model", "medusa", "draft-simple"})
-FILTER_KEYS = {"engine": "engines", "checkpoint": "checkpoints", "speculation": "speculations",
-               "config": "configs"}
+FILTER_KEYS = {
+    "engine": "engines",
+    "checkpoint": "checkpoints",
+    "speculation": "speculations",
+    "config": "configs",
+}
 SERVING_DEFAULTS = {
     "max_model_len": 4096,
     "gpu_memory_utilization": 0.9,
@@ -74,7 +75,9 @@ def _explain(error) -> str:
         allowed = sorted(error.schema.get("properties", {}))
         return f"{error.message}; allowed keys: {', '.join(allowed)}"
     if error.validator == "enum":
-        return f"{error.instance!r} is not allowed; allowed values: {', '.join(map(str, error.validator_value))}"
+        return (
+            f"{error.instance!r} is not allowed; allowed values: {', '.join(map(str, error.validator_value))}"
+        )
     return error.message
 
 
@@ -211,6 +214,7 @@ class BenchySettings:
     extra_body: dict[str, Any]
     corpus: str
     timeout_s: float
+    transport_retries: int
 
 
 @dataclass(frozen=True)
@@ -242,9 +246,7 @@ class ServingConfig:
 
     @property
     def files(self) -> tuple[str, ...]:
-        seen = dict.fromkeys(self.engine.files + self.checkpoint.files + self.speculation.files)
-        seen.update(dict.fromkeys(v.host for v in self.all_volumes))
-        return tuple(seen)
+        return tuple(dict.fromkeys(self.engine.files + self.checkpoint.files + self.speculation.files))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -322,8 +324,11 @@ class Grid:
         serving_defaults = {**SERVING_DEFAULTS, **config.get("serving", {})}
         configs = {}
         for name, entry in config["configs"].items():
-            for key, table in (("engine", engines), ("checkpoint", checkpoints),
-                               ("speculation", speculations)):
+            for key, table in (
+                ("engine", engines),
+                ("checkpoint", checkpoints),
+                ("speculation", speculations),
+            ):
                 if entry[key] not in table:
                     raise ConfigError(
                         f"{source}: key configs.{name}.{key}: unknown {key} {entry[key]!r}; "
@@ -337,8 +342,8 @@ class Grid:
             checkpoint = checkpoints[entry["checkpoint"]]
             configs[name] = ServingConfig(
                 name=name,
-                label=entry.get("label") or f"{checkpoint.quantization} · {engine.label} · "
-                f"{speculation.label}",
+                label=entry.get("label")
+                or f"{checkpoint.quantization} · {engine.label} · {speculation.label}",
                 engine=engine,
                 checkpoint=checkpoint,
                 speculation=speculation,
@@ -388,8 +393,12 @@ class Grid:
         """Configs that pass every filter, in declaration order."""
 
         def keep(c: ServingConfig) -> bool:
-            names = {"config": c.name, "engine": c.engine.name, "checkpoint": c.checkpoint.name,
-                     "speculation": c.speculation.name}
+            names = {
+                "config": c.name,
+                "engine": c.engine.name,
+                "checkpoint": c.checkpoint.name,
+                "speculation": c.speculation.name,
+            }
             return all(names[key] in values for key, values in self.filters.items())
 
         chosen = [c for c in self.configs.values() if keep(c)]
@@ -408,11 +417,14 @@ class Grid:
             for depth in self.depths:
                 needed = depth + self.benchy.pp + self.benchy.tg
                 if needed > cfg.serving.max_model_len:
-                    skipped.append(SkippedCell(
-                        cfg.name, depth,
-                        f"depth {depth} + pp {self.benchy.pp} + tg {self.benchy.tg} = {needed} "
-                        f"exceeds max_model_len {cfg.serving.max_model_len}",
-                    ))
+                    skipped.append(
+                        SkippedCell(
+                            cfg.name,
+                            depth,
+                            f"depth {depth} + pp {self.benchy.pp} + tg {self.benchy.tg} = {needed} "
+                            f"exceeds max_model_len {cfg.serving.max_model_len}",
+                        )
+                    )
                 else:
                     scheduled.append(Cell(cfg.name, depth))
         return scheduled, skipped
@@ -424,33 +436,54 @@ def _label(entry: Mapping[str, Any], fallback: str) -> str:
 
 def _engine(name: str, e: Mapping[str, Any]) -> Engine:
     if e["runtime"] == "docker" and not e.get("image"):
-        raise ConfigError(f"key engines.{name}.image: the docker runtime needs an image",
-                          hint=f"set engines.{name}.image or use runtime: process")
+        raise ConfigError(
+            f"key engines.{name}.image: the docker runtime needs an image",
+            hint=f"set engines.{name}.image or use runtime: process",
+        )
     if e["runtime"] == "process" and not e.get("command"):
-        raise ConfigError(f"key engines.{name}.command: the process runtime needs a command",
-                          hint="e.g. command: [vllm, serve] or [llama-server]")
+        raise ConfigError(
+            f"key engines.{name}.command: the process runtime needs a command",
+            hint="e.g. command: [vllm, serve] or [llama-server]",
+        )
     return Engine(
-        name=name, kind=e["kind"], runtime=e["runtime"], label=_label(e, name),
+        name=name,
+        kind=e["kind"],
+        runtime=e["runtime"],
+        label=_label(e, name),
         image=e.get("image"),
         entrypoint=tuple(map(str, e["entrypoint"])) if e.get("entrypoint") is not None else None,
         command=tuple(map(str, e["command"])),
         env={k: str(v) for k, v in e["env"].items()},
         volumes=tuple(Volume(**v) for v in e["volumes"]),
-        files=tuple(e["files"]), extra_args=tuple(map(str, e["extra_args"])),
-        host=e["host"], port=e["port"], port_in_use=e["port_in_use"], network=e["network"],
-        gpus=e["gpus"], ipc=e["ipc"], shm_size=e["shm_size"], ulimits=dict(e["ulimits"]),
-        privileged=e["privileged"], health_path=e["health_path"],
+        files=tuple(e["files"]),
+        extra_args=tuple(map(str, e["extra_args"])),
+        host=e["host"],
+        port=e["port"],
+        port_in_use=e["port_in_use"],
+        network=e["network"],
+        gpus=e["gpus"],
+        ipc=e["ipc"],
+        shm_size=e["shm_size"],
+        ulimits=dict(e["ulimits"]),
+        privileged=e["privileged"],
+        health_path=e["health_path"],
         startup_timeout_s=float(e["startup_timeout_s"]),
-        fatal_log_patterns=tuple(e["fatal_log_patterns"]), api_key_env=e["api_key_env"],
+        fatal_log_patterns=tuple(e["fatal_log_patterns"]),
+        api_key_env=e["api_key_env"],
     )
 
 
 def _checkpoint(name: str, c: Mapping[str, Any]) -> Checkpoint:
     return Checkpoint(
-        name=name, model=c["model"], quantization=c["quantization"],
-        quantization_flag=c["quantization_flag"], dtype=c["dtype"],
-        served_model_name=c.get("served_model_name") or name, tokenizer=c.get("tokenizer"),
-        active_weight_gb=c.get("active_weight_gb"), files=tuple(c["files"]),
+        name=name,
+        model=c["model"],
+        quantization=c["quantization"],
+        quantization_flag=c["quantization_flag"],
+        dtype=c["dtype"],
+        served_model_name=c.get("served_model_name") or name,
+        tokenizer=c.get("tokenizer"),
+        active_weight_gb=c.get("active_weight_gb"),
+        files=tuple(c["files"]),
         volumes=tuple(Volume(**v) for v in c["volumes"]),
     )
 
@@ -463,10 +496,16 @@ def _speculation(name: str, s: Mapping[str, Any]) -> Speculation:
         k = s.get("num_speculative_tokens")
         label = _label(s, f"{method} n={k}" if k else method)
     return Speculation(
-        name=name, method=method, label=label, draft_model=s["draft_model"],
-        num_speculative_tokens=s.get("num_speculative_tokens"), extra=dict(s["extra"]),
-        cli_form=s["cli_form"], extra_args=tuple(map(str, s["extra_args"])),
-        files=tuple(s["files"]), volumes=tuple(Volume(**v) for v in s["volumes"]),
+        name=name,
+        method=method,
+        label=label,
+        draft_model=s["draft_model"],
+        num_speculative_tokens=s.get("num_speculative_tokens"),
+        extra=dict(s["extra"]),
+        cli_form=s["cli_form"],
+        extra_args=tuple(map(str, s["extra_args"])),
+        files=tuple(s["files"]),
+        volumes=tuple(Volume(**v) for v in s["volumes"]),
     )
 
 
@@ -482,11 +521,15 @@ def _check_speculation(source: str, config: str, engine: Engine, spec: Speculati
             hint=f"use a {engine.kind} method or put the config on another engine",
         )
     if spec.method in DRAFT_MODEL_METHODS and not spec.draft_model:
-        raise ConfigError(f"{where}: method {spec.method} needs draft_model",
-                          hint=f"set speculations.{spec.name}.draft_model")
+        raise ConfigError(
+            f"{where}: method {spec.method} needs draft_model",
+            hint=f"set speculations.{spec.name}.draft_model",
+        )
     if spec.num_speculative_tokens is None and spec.method != "suffix":
-        raise ConfigError(f"{where}: method {spec.method} needs num_speculative_tokens",
-                          hint=f"set speculations.{spec.name}.num_speculative_tokens")
+        raise ConfigError(
+            f"{where}: method {spec.method} needs num_speculative_tokens",
+            hint=f"set speculations.{spec.name}.num_speculative_tokens",
+        )
     try:
         json.dumps(spec.extra)
     except (TypeError, ValueError) as err:

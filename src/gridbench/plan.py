@@ -15,7 +15,8 @@ def benchy_plan(grid: Grid) -> dict[str, Any]:
         "configs": selected,
         "cells": [
             {
-                "config": cell.config, "depth": cell.depth,
+                "config": cell.config,
+                "depth": cell.depth,
                 "raw": layout.RAW.format(config=cell.config, depth=cell.depth),
                 "provenance": layout.PROVENANCE.format(config=cell.config, depth=cell.depth),
                 "failure": layout.FAILURE.format(config=cell.config, depth=cell.depth),

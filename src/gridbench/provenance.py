@@ -46,13 +46,20 @@ def gpu_info() -> dict[str, Any]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
         ).stdout
     except (subprocess.SubprocessError, OSError):
         return {"gpu": None, "gpu_count": 0, "driver": None}
     rows = [[part.strip() for part in line.split(",")] for line in out.splitlines() if line.strip()]
-    return {"gpu": rows[0][0] if rows else None, "gpu_count": len(rows),
-            "driver": rows[0][1] if rows else None, "gpu_memory": rows[0][2] if rows else None}
+    return {
+        "gpu": rows[0][0] if rows else None,
+        "gpu_count": len(rows),
+        "driver": rows[0][1] if rows else None,
+        "gpu_memory": rows[0][2] if rows else None,
+    }
 
 
 @cache
@@ -68,5 +75,8 @@ def host_info() -> dict[str, Any]:
 
 
 def versions(load_generator: str, load_generator_version: str | None) -> dict[str, Any]:
-    return {"gridbench": gridbench.__version__, "load_generator": load_generator,
-            "load_generator_version": load_generator_version}
+    return {
+        "gridbench": gridbench.__version__,
+        "load_generator": load_generator,
+        "load_generator_version": load_generator_version,
+    }

@@ -34,8 +34,9 @@ class SpecCounters:
             drafts=self.drafts - before.drafts,
             draft_tokens=self.draft_tokens - before.draft_tokens,
             accepted_tokens=self.accepted_tokens - before.accepted_tokens,
-            accepted_per_pos={p: self.accepted_per_pos.get(p, 0.0) - before.accepted_per_pos.get(p, 0.0)
-                              for p in positions},
+            accepted_per_pos={
+                p: self.accepted_per_pos.get(p, 0.0) - before.accepted_per_pos.get(p, 0.0) for p in positions
+            },
             present=self.present and before.present,
         )
 
@@ -51,7 +52,7 @@ def parse_spec_counters(text: str) -> SpecCounters:
             prefix = next((p for p in PREFIXES if sample.name.startswith(p)), None)
             if prefix is None:
                 continue
-            suffix = sample.name[len(prefix):]
+            suffix = sample.name[len(prefix) :]
             if suffix in _FIELDS:
                 values[_FIELDS[suffix]] += sample.value
                 present = True
@@ -66,8 +67,11 @@ def acceptance(before: SpecCounters, after: SpecCounters) -> dict[str, Any]:
     delta = after - before
     rate = delta.accepted_tokens / delta.draft_tokens if delta.draft_tokens > 0 else None
     mean_len = 1 + delta.accepted_tokens / delta.drafts if delta.drafts > 0 else None
-    per_pos = ([delta.accepted_per_pos[p] / delta.drafts for p in sorted(delta.accepted_per_pos)]
-               if delta.drafts > 0 and delta.accepted_per_pos else None)
+    per_pos = (
+        [delta.accepted_per_pos[p] / delta.drafts for p in sorted(delta.accepted_per_pos)]
+        if delta.drafts > 0 and delta.accepted_per_pos
+        else None
+    )
     return {
         "counters_present": delta.present,
         "delta_drafts": delta.drafts,

@@ -4,13 +4,13 @@ rule bench_cell:
     output:
         raw="results/raw/{config}/depth_{depth}.json",
         provenance="results/raw/{config}/depth_{depth}.provenance.json",
-    params:
-        spec=get_cell_spec,
-    priority: get_cell_priority
-    resources:
-        engine_slots=1,
     log:
         "logs/cells/{config}/depth_{depth}.log",
+    priority: get_cell_priority
+    resources:
+        gpu=get_cell_gpus,
+    params:
+        spec=get_cell_spec,
     shell:
         "gridbench bench --spec {params.spec:q}"
         " --raw {output.raw:q} --provenance {output.provenance:q} > {log:q} 2>&1"

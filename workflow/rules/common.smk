@@ -10,7 +10,6 @@ from gridbench.files import atomic_write_text
 from gridbench.grid import validate_config, Grid
 from gridbench.plan import benchy_plan
 
-
 validate(config, schema="../schemas/config.schema.yaml")
 CONFIG_SOURCE = " + ".join(
     map(str, workflow.config_settings.configfiles or ["config/config.yaml"])
@@ -21,7 +20,9 @@ PLAN = benchy_plan(GRID)
 GPU_SLOTS = list(GRID.gpu_slots or detect_gpus()) or ["cpu"]
 # The effective grid, content-addressed, for the rules that need all of it.
 _GRID_JSON = json.dumps(config, default=str)  # key order is the report order
-GRID_FILE = f".gridbench/grid-{hashlib.sha256(_GRID_JSON.encode()).hexdigest()[:16]}.json"
+GRID_FILE = (
+    f".gridbench/grid-{hashlib.sha256(_GRID_JSON.encode()).hexdigest()[:16]}.json"
+)
 if not Path(GRID_FILE).exists():
     atomic_write_text(Path(GRID_FILE), _GRID_JSON)
 _CONFIG_RANK = {name: rank for rank, name in enumerate(PLAN["configs"])}
@@ -58,3 +59,8 @@ def get_cell_spec(wildcards):
 def get_cell_priority(wildcards):
     """Cells of one config run back to back, so they share one warm engine."""
     return 1000 * (len(_CONFIG_RANK) - _CONFIG_RANK[wildcards.config])
+
+
+def get_cell_gpus(wildcards):
+    """GPU slots a cell's engine takes (--resources gpu=N caps how many run at once)."""
+    return GRID.configs[wildcards.config].serving.tensor_parallel_size

@@ -5,10 +5,10 @@ rule build_dataset:
         csv="dataset/dataset.csv",
         json="dataset/dataset.json",
         parquet="dataset/dataset.parquet",
-    params:
-        grid=GRID_FILE,
     log:
         "logs/dataset/build_dataset.log",
+    params:
+        grid=GRID_FILE,
     shell:
         "gridbench dataset --grid {params.grid:q}"
         " --csv {output.csv:q} --json {output.json:q} --parquet {output.parquet:q}"

@@ -171,18 +171,14 @@ def write_tiny_llama_gguf(
             add_matrix(prefix + name + ".weight", rng.standard_normal((n_embd, n_embd)) * _WEIGHT_STD)
         add_matrix(
             prefix + "attn_output.weight",
-            rng.standard_normal((n_embd, n_embd))
-            * _LAYER_UPDATE_SCALE
-            / np.sqrt(n_embd * n_embd * n_layer),
+            rng.standard_normal((n_embd, n_embd)) * _LAYER_UPDATE_SCALE / np.sqrt(n_embd * n_embd * n_layer),
         )
         add_vector(prefix + "ffn_norm.weight", np.ones(n_embd))
         add_matrix(prefix + "ffn_gate.weight", rng.standard_normal((n_ff, n_embd)) * _WEIGHT_STD)
         add_matrix(prefix + "ffn_up.weight", rng.standard_normal((n_ff, n_embd)) * _WEIGHT_STD)
         add_matrix(
             prefix + "ffn_down.weight",
-            rng.standard_normal((n_embd, n_ff))
-            * _LAYER_UPDATE_SCALE
-            / np.sqrt(n_embd * n_ff * n_layer),
+            rng.standard_normal((n_embd, n_ff)) * _LAYER_UPDATE_SCALE / np.sqrt(n_embd * n_ff * n_layer),
         )
     add_vector("output_norm.weight", np.ones(n_embd))
     add_matrix("output.weight", output)

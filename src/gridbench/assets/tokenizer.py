@@ -26,14 +26,14 @@ def build_tokenizer() -> Tokenizer:
     for token, kind in zip(tokens, types, strict=True):
         if kind == gguf.TokenType.NORMAL and len(token) > 1 and token[:-1] in ids:
             merges.append((token[:-1], token[-1]))
-    tokenizer = Tokenizer(models.BPE(vocab=ids, merges=merges, unk_token="<unk>",
-                                     byte_fallback=True, fuse_unk=True))
+    tokenizer = Tokenizer(
+        models.BPE(vocab=ids, merges=merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True)
+    )
     tokenizer.normalizer = normalizers.Sequence(
         [normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")]
     )
     tokenizer.decoder = decoders.Sequence(
-        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
-         decoders.Strip(" ", 1, 0)]
+        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
     )
     tokenizer.add_special_tokens(["<s>", "</s>", "<|im_start|>", "<|im_end|>"])
     return tokenizer

@@ -30,19 +30,26 @@ class LaunchPlan:
         return shlex.join(self.argv)
 
 
+def _fraction(value: float) -> str:
+    """0.8 -> "0.80", as the seeds write memory fractions."""
+    return f"{value:.2f}" if round(value, 2) == value else repr(value)
+
+
 def vllm_serve_args(cfg: ServingConfig, host: str, port: int) -> list[str]:
     """``vllm serve`` flags, in the order the seeds' drivers wrote them."""
     ckpt, serving, spec = cfg.checkpoint, cfg.serving, cfg.speculation
-    args = [ckpt.model, "--served-model-name", ckpt.served_model_name,
-            "--host", host, "--port", str(port)]
+    args = [ckpt.model, "--served-model-name", ckpt.served_model_name, "--host", host, "--port", str(port)]
     if ckpt.quantization_flag:
         args += ["--quantization", ckpt.quantization_flag]
     if ckpt.dtype:
         args += ["--dtype", ckpt.dtype]
     args += [
-        "--max-model-len", str(serving.max_model_len),
-        "--gpu-memory-utilization", f"{serving.gpu_memory_utilization:g}",
-        "--tensor-parallel-size", str(serving.tensor_parallel_size),
+        "--max-model-len",
+        str(serving.max_model_len),
+        "--gpu-memory-utilization",
+        _fraction(serving.gpu_memory_utilization),
+        "--tensor-parallel-size",
+        str(serving.tensor_parallel_size),
         "--enable-prefix-caching" if serving.prefix_caching else "--no-enable-prefix-caching",
         "--enable-chunked-prefill" if serving.chunked_prefill else "--no-enable-chunked-prefill",
     ]
@@ -65,9 +72,21 @@ def vllm_serve_args(cfg: ServingConfig, host: str, port: int) -> list[str]:
 def llamacpp_serve_args(cfg: ServingConfig, host: str, port: int) -> list[str]:
     """``llama-server`` flags; /metrics is always on, since acceptance is read there."""
     ckpt, serving, spec = cfg.checkpoint, cfg.serving, cfg.speculation
-    args = ["-m", ckpt.model, "--alias", ckpt.served_model_name, "--host", host,
-            "--port", str(port), "-c", str(serving.max_model_len),
-            "-np", str(serving.parallel_slots), "--metrics"]
+    args = [
+        "-m",
+        ckpt.model,
+        "--alias",
+        ckpt.served_model_name,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "-c",
+        str(serving.max_model_len),
+        "-np",
+        str(serving.parallel_slots),
+        "--metrics",
+    ]
     if not serving.prefix_caching:
         args.append("--no-cache-prompt")
     if spec.enabled:
@@ -87,5 +106,6 @@ def launch_plan(cfg: ServingConfig, port: int) -> LaunchPlan:
     # a bridged container must listen on all its interfaces; the host side stays on engine.host
     listen = "0.0.0.0" if engine.runtime == "docker" and engine.network == "bridge" else engine.host
     argv = (*engine.command, *SERVE_ARGS[engine.kind](cfg, listen, port))
-    return LaunchPlan(argv=argv, host=engine.host, port=port,
-                      served_model_name=cfg.checkpoint.served_model_name)
+    return LaunchPlan(
+        argv=argv, host=engine.host, port=port, served_model_name=cfg.checkpoint.served_model_name
+    )

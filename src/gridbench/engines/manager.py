@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import shutil
 import socket
@@ -30,6 +31,8 @@ from gridbench.errors import EngineError, PortInUseError, SlotBusyError
 from gridbench.files import atomic_write_text
 from gridbench.grid import ServingConfig
 
+log = logging.getLogger(__name__)
+
 ENGINE_LOG_DIR = Path("logs/engines")
 
 
@@ -42,8 +45,13 @@ def detect_gpus() -> list[str]:
     if not shutil.which("nvidia-smi"):
         return []
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20, check=True).stdout
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
     except (subprocess.SubprocessError, OSError):
         return []
     return [line.strip() for line in out.splitlines() if line.strip()]
@@ -101,8 +109,7 @@ def api_headers(cfg: ServingConfig) -> dict[str, str]:
 class SlotManager:
     """Hands out ready engines on slots; one instance per cell process."""
 
-    def __init__(self, slots: list[str], *, workdir: Path | None = None,
-                 wait_s: float | None = None) -> None:
+    def __init__(self, slots: list[str], *, workdir: Path | None = None, wait_s: float | None = None) -> None:
         self.slots = slots or ["cpu"]
         self.workdir = str((workdir or Path.cwd()).resolve())
         self.wait_s = float(os.environ.get("GRIDBENCH_SLOT_WAIT_S", 600)) if wait_s is None else wait_s
@@ -166,7 +173,8 @@ class SlotManager:
                 chosen = None
                 with self._flock("select.lock", blocking=True):
                     candidates = sorted(
-                        (rank, slot) for slot in self.slots
+                        (rank, slot)
+                        for slot in self.slots
                         if (rank := self._rank(slot, fingerprint)) is not None
                     )
                     for rank, slot in candidates:
@@ -181,8 +189,7 @@ class SlotManager:
             if time.monotonic() > deadline:
                 raise SlotBusyError(self._busy_message(cfg), hint=self._busy_hint())
             if not announced:
-                print(f"waiting for a free engine slot for {cfg.name}: {self._busy_message(cfg)}",
-                      flush=True)  # noqa: T201 - goes to the cell log
+                log.info(f"waiting for a free engine slot for {cfg.name}: {self._busy_message(cfg)}")
                 announced = True
             time.sleep(1.0)
 
@@ -197,8 +204,10 @@ class SlotManager:
         return f"no engine slot free for {cfg.name} within {self.wait_s:g} s ({'; '.join(owners)})"
 
     def _busy_hint(self) -> str:
-        return ("wait for the other sweep to finish, or stop its engines with "
-                "`gridbench engine stop --all` in its working directory")
+        return (
+            "wait for the other sweep to finish, or stop its engines with "
+            "`gridbench engine stop --all` in its working directory"
+        )
 
     def _ensure(self, cfg: ServingConfig, slot: str, fingerprint: str, *, reuse: bool) -> EngineLease:
         state = self._read_state(slot)
@@ -207,11 +216,17 @@ class SlotManager:
             if runtime.is_running(state["handle"]):
                 _log_event("reuse", cfg.name, slot=slot, fingerprint=fingerprint)
                 return EngineLease(
-                    config=cfg.name, fingerprint=fingerprint, slot=slot,
+                    config=cfg.name,
+                    fingerprint=fingerprint,
+                    slot=slot,
                     plan=LaunchPlan(**{**state["plan"], "argv": tuple(state["plan"]["argv"])}),
-                    handle=state["handle"], started_at=state["started_at"],
-                    ready_s=state["ready_s"], reused=True, version=state["version"],
-                    image=state["image"], headers=api_headers(cfg),
+                    handle=state["handle"],
+                    started_at=state["started_at"],
+                    ready_s=state["ready_s"],
+                    reused=True,
+                    version=state["version"],
+                    image=state["image"],
+                    headers=api_headers(cfg),
                 )
         if state:
             self._stop_state(slot, state)
@@ -240,22 +255,35 @@ class SlotManager:
         started_at = now_iso()
         _log_event("start", cfg.name, slot=slot, fingerprint=fingerprint, port=plan.port)
         with Path(log_path).open("a") as log:
-            log.write(f"\n=== gridbench: starting {cfg.name} on slot {slot} at {started_at}: "
-                      f"{plan.shell_line()}\n")
+            log.write(
+                f"\n=== gridbench: starting {cfg.name} on slot {slot} at {started_at}: {plan.shell_line()}\n"
+            )
         handle = runtime.start(cfg, plan, name=name, gpus=gpus, log_path=log_path, env={})
-        state = {"owner": self.workdir, "config": cfg.name, "fingerprint": fingerprint,
-                 "handle": handle, "plan": {**plan.__dict__, "argv": list(plan.argv)},
-                 "started_at": started_at, "ready_s": None, "version": None, "image": image}
+        state = {
+            "owner": self.workdir,
+            "config": cfg.name,
+            "fingerprint": fingerprint,
+            "handle": handle,
+            "plan": {**plan.__dict__, "argv": list(plan.argv)},
+            "started_at": started_at,
+            "ready_s": None,
+            "version": None,
+            "image": image,
+        }
         self._write_state(slot, state)
         headers = api_headers(cfg)
         what = f"engine {cfg.engine.name} for config {cfg.name}"
         try:
             ready_s = probe.wait_ready(
-                base_url=plan.base_url, health_path=cfg.engine.health_path,
-                served_model_name=plan.served_model_name, timeout_s=cfg.engine.startup_timeout_s,
+                base_url=plan.base_url,
+                health_path=cfg.engine.health_path,
+                served_model_name=plan.served_model_name,
+                timeout_s=cfg.engine.startup_timeout_s,
                 is_running=lambda: runtime.is_running(handle),
                 log_text=lambda: runtime.log_tail(handle, 200),
-                fatal_patterns=cfg.engine.fatal_log_patterns, what=what, headers=headers,
+                fatal_patterns=cfg.engine.fatal_log_patterns,
+                what=what,
+                headers=headers,
             )
         except BaseException:
             self._stop_state(slot, state)  # never leave a half-started engine holding the GPU
@@ -264,9 +292,19 @@ class SlotManager:
         state["version"] = probe.engine_version(cfg.engine.kind, plan.base_url, headers)
         self._write_state(slot, state)
         _log_event("ready", cfg.name, slot=slot, fingerprint=fingerprint, ready_s=state["ready_s"])
-        return EngineLease(config=cfg.name, fingerprint=fingerprint, slot=slot, plan=plan,
-                           handle=handle, started_at=started_at, ready_s=state["ready_s"],
-                           reused=False, version=state["version"], image=image, headers=headers)
+        return EngineLease(
+            config=cfg.name,
+            fingerprint=fingerprint,
+            slot=slot,
+            plan=plan,
+            handle=handle,
+            started_at=started_at,
+            ready_s=state["ready_s"],
+            reused=False,
+            version=state["version"],
+            image=image,
+            headers=headers,
+        )
 
     def _stop_state(self, slot: str, state: dict[str, Any]) -> None:
         runtime_for(state["handle"]["runtime"]).stop(state["handle"])
@@ -303,9 +341,17 @@ class SlotManager:
             slot = path.stem.removeprefix("slot-")
             state = self._read_state(slot)
             if state:
-                rows.append({"slot": slot, "config": state["config"], "owner": state["owner"],
-                             "alive": self._alive(state), "base_url": LaunchPlan(
-                                 **{**state["plan"], "argv": tuple(state["plan"]["argv"])}).base_url})
+                rows.append(
+                    {
+                        "slot": slot,
+                        "config": state["config"],
+                        "owner": state["owner"],
+                        "alive": self._alive(state),
+                        "base_url": LaunchPlan(
+                            **{**state["plan"], "argv": tuple(state["plan"]["argv"])}
+                        ).base_url,
+                    }
+                )
         return rows
 
 

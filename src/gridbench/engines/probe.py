@@ -27,11 +27,17 @@ def http_get(url: str, timeout: float = 5.0, headers: Mapping[str, str] | None =
         return 0, ""
 
 
-def http_post(url: str, body: Mapping[str, Any] | None = None, timeout: float = 10.0,
-              headers: Mapping[str, str] | None = None):
+def http_post(
+    url: str,
+    body: Mapping[str, Any] | None = None,
+    timeout: float = 10.0,
+    headers: Mapping[str, str] | None = None,
+):
     data = json.dumps(body or {}).encode()
     request = urllib.request.Request(
-        url, data=data, method="POST",
+        url,
+        data=data,
+        method="POST",
         headers={"Content-Type": "application/json", **dict(headers or {})},
     )
     try:
@@ -50,7 +56,7 @@ def served_names(models_body: str) -> list[str]:
         return []
     names = []
     for entry in data:
-        names += [entry.get("id")] + list(entry.get("aliases") or [])
+        names += [entry.get("id"), *(entry.get("aliases") or [])]
     return [n for n in names if n]
 
 
@@ -81,13 +87,18 @@ def wait_ready(
     deadline = started + timeout_s
     while True:
         if not is_running():
-            raise EngineStartError(f"{what}: the engine exited during start-up",
-                                   hint="read the log tail below; fix the flag or image",
-                                   log_tail=log_text())
+            raise EngineStartError(
+                f"{what}: the engine exited during start-up",
+                hint="read the log tail below; fix the flag or image",
+                log_tail=log_text(),
+            )
         fatal = first_fatal_line(log_text(), fatal_patterns)
         if fatal:
-            raise EngineStartError(f"{what}: the engine log shows a fatal error: {fatal}",
-                                   hint="read the log tail below", log_tail=log_text())
+            raise EngineStartError(
+                f"{what}: the engine log shows a fatal error: {fatal}",
+                hint="read the log tail below",
+                log_tail=log_text(),
+            )
         status, _ = http_get(base_url + health_path, timeout=2.0, headers=headers)
         if status == 200:
             status, body = http_get(base_url + "/v1/models", timeout=5.0, headers=headers)

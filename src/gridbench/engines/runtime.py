@@ -24,19 +24,28 @@ LABEL = "gridbench.workdir"  # containers are labelled with the working director
 
 
 class Runtime(Protocol):
-    def start(self, cfg: ServingConfig, plan: LaunchPlan, *, name: str, gpus: list[str],
-              log_path: Path, env: Mapping[str, str]) -> dict[str, Any]: ...
+    def start(
+        self,
+        cfg: ServingConfig,
+        plan: LaunchPlan,
+        *,
+        name: str,
+        gpus: list[str],
+        log_path: Path,
+        env: Mapping[str, str],
+    ) -> dict[str, Any]: ...
     def is_running(self, handle: Mapping[str, Any]) -> bool: ...
     def log_tail(self, handle: Mapping[str, Any], lines: int = 40) -> str: ...
-    def stop(self, handle: Mapping[str, Any], *, log_path: Path | None = None) -> None: ...
+    def stop(self, handle: Mapping[str, Any]) -> None: ...
     def image_info(self, cfg: ServingConfig) -> dict[str, Any]: ...
 
 
-def _tail(path: Path, lines: int) -> str:
+def _tail(path: Path, lines: int, start: int = 0) -> str:
+    """The last lines of a log, from byte ``start`` on (where this engine's output begins)."""
     try:
         with path.open("rb") as f:
             f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
+            f.seek(max(start, f.tell() - 64 * 1024))
             text = f.read().decode(errors="replace")
     except FileNotFoundError:
         return ""
@@ -52,18 +61,29 @@ class ProcessRuntime:
         if gpus:
             child_env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         with log_path.open("ab") as log:
+            offset = log.tell()
             try:
                 proc = subprocess.Popen(
-                    list(plan.argv), stdout=log, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, env=child_env, start_new_session=True,
+                    list(plan.argv),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=child_env,
+                    start_new_session=True,
                 )
             except (FileNotFoundError, PermissionError) as err:
                 raise EngineStartError(
                     f"engine {cfg.engine.name}: cannot run {plan.argv[0]!r}: {err}",
                     hint=f"install it or fix engines.{cfg.engine.name}.command",
                 ) from err
-        return {"runtime": "process", "pid": proc.pid, "name": name,
-                "start_time": _process_start_time(proc.pid), "log_path": str(log_path)}
+        return {
+            "runtime": "process",
+            "pid": proc.pid,
+            "name": name,
+            "start_time": _process_start_time(proc.pid),
+            "log_path": str(log_path),
+            "log_offset": offset,
+        }
 
     def is_running(self, handle):
         pid = handle["pid"]
@@ -77,9 +97,9 @@ class ProcessRuntime:
         return _process_state(pid) not in ("Z", "X", None)
 
     def log_tail(self, handle, lines=40):
-        return _tail(Path(handle["log_path"]), lines)
+        return _tail(Path(handle["log_path"]), lines, handle.get("log_offset", 0))
 
-    def stop(self, handle, *, log_path=None):
+    def stop(self, handle):
         if not self.is_running(handle):
             return
         pid = handle["pid"]
@@ -91,12 +111,12 @@ class ProcessRuntime:
                 if not self.is_running(handle):
                     return
                 time.sleep(0.05)
-        raise EngineError(f"engine process {pid} did not stop after SIGKILL",
-                          hint=f"kill it by hand: kill -9 -{pid}")
+        raise EngineError(
+            f"engine process {pid} did not stop after SIGKILL", hint=f"kill it by hand: kill -9 -{pid}"
+        )
 
     def image_info(self, cfg):
-        return {"image": None, "image_id": None, "image_digest": None,
-                "command": list(cfg.engine.command)}
+        return {"image": None, "image_id": None, "image_digest": None, "command": list(cfg.engine.command)}
 
 
 def _process_start_time(pid: int) -> int | None:
@@ -145,22 +165,35 @@ class DockerRuntime:
     def image_info(self, cfg):
         image = self._image(cfg)
         digests = image.attrs.get("RepoDigests") or []
-        return {"image": cfg.engine.image, "image_id": image.id,
-                "image_digest": digests[0] if digests else None}
+        return {
+            "image": cfg.engine.image,
+            "image_id": image.id,
+            "image_digest": digests[0] if digests else None,
+        }
 
     def start(self, cfg, plan, *, name, gpus, log_path, env):
         engine = cfg.engine
         self._image(cfg)
         with contextlib.suppress(self.errors.NotFound):
             self.client.containers.get(name).remove(force=True)  # a leftover of a killed run
+        missing = [v.host for v in cfg.all_volumes if not Path(v.host).exists()]
+        if missing:  # docker would silently create an empty folder in their place
+            raise EngineStartError(
+                f"engine {engine.name} for {cfg.name}: volume host paths do not exist: {', '.join(missing)}",
+                hint="fix the volumes' host paths in the config, or put the files there",
+            )
         volumes = {
             str(Path(v.host).resolve()): {"bind": v.container, "mode": "ro" if v.read_only else "rw"}
             for v in cfg.all_volumes
         }
         kwargs: dict[str, Any] = {
-            "name": name, "detach": True, "labels": {LABEL: str(Path.cwd())},
-            "environment": {**cfg.all_env, **env}, "volumes": volumes,
-            "privileged": engine.privileged, "command": list(plan.argv),
+            "name": name,
+            "detach": True,
+            "labels": {LABEL: str(Path.cwd())},
+            "environment": {**cfg.all_env, **env},
+            "volumes": volumes,
+            "privileged": engine.privileged,
+            "command": list(plan.argv),
             "ulimits": [self.types.Ulimit(name=k, soft=v, hard=v) for k, v in engine.ulimits.items()],
         }
         if engine.entrypoint is not None:
@@ -184,8 +217,7 @@ class DockerRuntime:
                 hint="check the engine's docker settings (gpus, volumes, ports) in the config",
             ) from err
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        return {"runtime": "docker", "container_id": container.id, "name": name,
-                "log_path": str(log_path)}
+        return {"runtime": "docker", "container_id": container.id, "name": name, "log_path": str(log_path)}
 
     def _container(self, handle):
         try:
@@ -203,7 +235,7 @@ class DockerRuntime:
             return _tail(Path(handle["log_path"]), lines)
         return container.logs(tail=lines).decode(errors="replace")
 
-    def stop(self, handle, *, log_path=None):
+    def stop(self, handle):
         container = self._container(handle)
         if container is None:
             return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shlex
 import signal
@@ -17,6 +18,8 @@ from typing import Any
 from gridbench.errors import BenchmarkError, ConfigError
 from gridbench.files import atomic_write_bytes
 from gridbench.grid import BenchySettings, ServingConfig
+
+log = logging.getLogger(__name__)
 
 BENCHY_HOME = Path(".gridbench/benchy-home")
 # Never fetched: llama-benchy reads its cache, keyed by md5 of this URL, before any download.
@@ -45,9 +48,11 @@ def seed_corpus(corpus: Path, home: Path = BENCHY_HOME) -> str:
     try:
         data = corpus.read_bytes()
     except FileNotFoundError as err:
-        raise ConfigError(f"benchy.corpus {corpus} does not exist",
-                          hint="let the workflow generate it (rule make_corpus) or point "
-                          "benchy.corpus at a local text file") from err
+        raise ConfigError(
+            f"benchy.corpus {corpus} does not exist",
+            hint="let the workflow generate it (rule make_corpus) or point "
+            "benchy.corpus at a local text file",
+        ) from err
     url = _UNREACHABLE_BOOK.format(digest=hashlib.sha256(data).hexdigest()[:16])
     cache = home / ".cache/llama-benchy" / (hashlib.md5(url.encode()).hexdigest() + ".txt")
     if not cache.exists():
@@ -56,8 +61,14 @@ def seed_corpus(corpus: Path, home: Path = BENCHY_HOME) -> str:
 
 
 def build_run(
-    cfg: ServingConfig, depth: int, settings: BenchySettings, *, base_url: str, book_url: str,
-    workdir: Path, post_run_cmd: str | None = None,
+    cfg: ServingConfig,
+    depth: int,
+    settings: BenchySettings,
+    *,
+    base_url: str,
+    book_url: str,
+    workdir: Path,
+    post_run_cmd: str | None = None,
 ) -> BenchyRun:
     tokenizer = cfg.checkpoint.tokenizer
     if not tokenizer:
@@ -69,13 +80,29 @@ def build_run(
     result = workdir / "benchy.json"
     progress = workdir / "benchy.progress.jsonl"
     argv = [
-        benchy_executable(), "--base-url", f"{base_url}/v1",
-        "--model", cfg.checkpoint.served_model_name,
-        "--served-model-name", cfg.checkpoint.served_model_name,
-        "--tokenizer", tokenizer, "--book-url", book_url,
-        "--pp", str(settings.pp), "--tg", str(settings.tg), "--depth", str(depth),
-        "--runs", str(settings.runs), "--concurrency", str(settings.concurrency),
-        "--latency-mode", settings.latency_mode,
+        benchy_executable(),
+        "--base-url",
+        f"{base_url}/v1",
+        "--model",
+        cfg.checkpoint.served_model_name,
+        "--served-model-name",
+        cfg.checkpoint.served_model_name,
+        "--tokenizer",
+        tokenizer,
+        "--book-url",
+        book_url,
+        "--pp",
+        str(settings.pp),
+        "--tg",
+        str(settings.tg),
+        "--depth",
+        str(depth),
+        "--runs",
+        str(settings.runs),
+        "--concurrency",
+        str(settings.concurrency),
+        "--latency-mode",
+        settings.latency_mode,
     ]
     if settings.exact_tg:
         argv.append("--exact-tg")
@@ -90,8 +117,13 @@ def build_run(
     if post_run_cmd:
         argv += ["--post-run-cmd", post_run_cmd]
     argv += ["--format", "json", "--save-result", str(result), "--emit-progress", str(progress)]
-    env = {"HOME": str(BENCHY_HOME.resolve()), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "HF_HUB_DISABLE_TELEMETRY": "1", "PYTHONUNBUFFERED": "1"}
+    env = {
+        "HOME": str(BENCHY_HOME.resolve()),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
     if cfg.engine.api_key_env and os.environ.get(cfg.engine.api_key_env):
         env["LLAMA_BENCHY_API_KEY"] = os.environ[cfg.engine.api_key_env]
         argv[1:1] = ["--api-key", "$LLAMA_BENCHY_API_KEY"]  # placeholder, resolved in run()
@@ -108,22 +140,25 @@ def run(run: BenchyRun, *, timeout_s: float, what: str) -> float:
     It runs in its own process group, so a timeout or a signal to the cell ends all of it."""
     env = {**os.environ, **run.env}
     argv = [env["LLAMA_BENCHY_API_KEY"] if a == "$LLAMA_BENCHY_API_KEY" else a for a in run.argv]
-    print(f"+ {shlex.join(run.argv)}", flush=True)  # noqa: T201 - the cell log
+    log.info(f"+ {shlex.join(run.argv)}")
     started = time.monotonic()
     proc = subprocess.Popen(argv, env=env, start_new_session=True, stdin=subprocess.DEVNULL)
     try:
         rc = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired as err:
         _kill_group(proc)
-        raise BenchmarkError(f"{what}: llama-benchy still running after {timeout_s:g} s; killed",
-                             hint="raise benchy.timeout_s, or check the engine log for a hang") from err
+        raise BenchmarkError(
+            f"{what}: llama-benchy still running after {timeout_s:g} s; killed",
+            hint="raise benchy.timeout_s, or check the engine log for a hang",
+        ) from err
     except BaseException:
         _kill_group(proc)
         raise
     wall = time.monotonic() - started
     if rc != 0:
-        raise BenchmarkError(f"{what}: llama-benchy exited with code {rc}",
-                             hint="read the cell log above this line")
+        raise BenchmarkError(
+            f"{what}: llama-benchy exited with code {rc}", hint="read the cell log above this line"
+        )
     return wall
 
 
@@ -149,22 +184,48 @@ def read_progress(path: Path) -> list[dict[str, Any]]:
     return events
 
 
-def check_result(result: dict[str, Any], progress: list[dict[str, Any]], *, depth: int,
-                 settings: BenchySettings, what: str) -> dict[str, Any]:
+TRANSPORT_ERRORS = ("Server disconnected", "Can not write request body", "Connection reset")
+
+
+class TransportError(BenchmarkError):
+    """Requests failed at the connection level (the server closed a kept-alive connection
+    the client reused), not with an engine error: worth one more attempt."""
+
+
+def check_result(
+    result: dict[str, Any], progress: list[dict[str, Any]], *, depth: int, settings: BenchySettings, what: str
+) -> dict[str, Any]:
     """The measured benchmark entry of a run, after checking that it counts.
 
     It must cover the cell's depth, carry every required metric with one value per request,
     have no failed request and, with exact-tg, exactly tg generated tokens per request."""
-    entries = [b for b in result.get("benchmarks", [])
-               if b.get("context_size") == depth and not b.get("is_context_prefill_phase")]
+    entries = [
+        b
+        for b in result.get("benchmarks", [])
+        if b.get("context_size") == depth and not b.get("is_context_prefill_phase")
+    ]
     if len(entries) != 1:
         raise BenchmarkError(f"{what}: llama-benchy reported {len(entries)} results for depth {depth}")
     entry = entries[0]
     expected = settings.runs * settings.concurrency
     for metric in REQUIRED_METRICS:
         if not isinstance(entry.get(metric), dict) or entry[metric].get("mean") is None:
-            raise BenchmarkError(f"{what}: llama-benchy could not measure {metric} (null)",
-                                 hint="rerun the cell; a loaded machine can leave it unmeasured")
+            raise BenchmarkError(
+                f"{what}: llama-benchy could not measure {metric} (null)",
+                hint="rerun the cell; a loaded machine can leave it unmeasured",
+            )
+    ends = [e for e in progress if e.get("type") == "request_end" and not e.get("is_context_prefill_phase")]
+    errors = [e["error"] for e in ends if e.get("error")]
+    if errors:
+        kind = (
+            TransportError
+            if all(any(t in err for t in TRANSPORT_ERRORS) for err in errors)
+            else BenchmarkError
+        )
+        raise kind(
+            f"{what}: {len(errors)} requests failed, first: {errors[0]}",
+            hint="read the cell log and the engine log",
+        )
     for metric in PER_REQUEST_METRICS:
         values = (entry.get(metric) or {}).get("values") or []
         if len(values) != expected:
@@ -173,11 +234,6 @@ def check_result(result: dict[str, Any], progress: list[dict[str, Any]], *, dept
                 f"(runs {settings.runs} x concurrency {settings.concurrency}): requests failed",
                 hint="read the cell log for the failed requests' errors",
             )
-    ends = [e for e in progress if e.get("type") == "request_end"
-            and not e.get("is_context_prefill_phase")]
-    errors = [e["error"] for e in ends if e.get("error")]
-    if errors:
-        raise BenchmarkError(f"{what}: {len(errors)} requests failed, first: {errors[0]}")
     measured = [e for e in ends if e.get("total_tokens") is not None]
     if settings.exact_tg:
         wrong = [e["total_tokens"] for e in measured[-expected:] if e["total_tokens"] != settings.tg]

@@ -85,7 +85,7 @@ def build_params(args: argparse.Namespace) -> xlc.CommonParams:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     server = xlc.Server(build_params(args))
-    print(f"llama-server (xllamacpp {xlc.__version__}) listening on {server.listening_address}", flush=True)
+    print(f"llama-server (xllamacpp {xlc.__version__}) listening on {server.listening_address}", flush=True)  # noqa: T201 - the engine's log
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     while True:
         time.sleep(3600)

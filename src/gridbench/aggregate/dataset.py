@@ -24,13 +24,35 @@ METRICS = {
     "peak_throughput": "peak_tps",
     "e2e_ttft": "ttft_ms",
 }
-IDENTITY = ["config", "engine", "engine_label", "checkpoint", "quantization", "speculation",
-            "speculation_label", "num_speculative_tokens", "status", "reason"]
+IDENTITY = [
+    "config",
+    "engine",
+    "engine_label",
+    "checkpoint",
+    "quantization",
+    "speculation",
+    "speculation_label",
+    "num_speculative_tokens",
+    "status",
+    "reason",
+]
 MEASURES = ["context_tokens", "prompt_tokens", "gen_tokens"] + [
-    col for name in METRICS.values() for col in (name, f"{name}_std")]
-PROVENANCE = ["image", "image_digest", "engine_version", "engine_startup_s", "gpu", "driver",
-              "gridbench_version", "llama_benchy_version", "fingerprint", "prefix_cache_reset",
-              "raw_path", "log_path"]
+    col for name in METRICS.values() for col in (name, f"{name}_std")
+]
+PROVENANCE = [
+    "image",
+    "image_digest",
+    "engine_version",
+    "engine_startup_s",
+    "gpu",
+    "driver",
+    "gridbench_version",
+    "llama_benchy_version",
+    "fingerprint",
+    "prefix_cache_reset",
+    "raw_path",
+    "log_path",
+]
 ACCEPTANCE = ["acceptance_rate", "mean_acceptance_length", "acceptance_per_position"]
 COLUMNS = IDENTITY + MEASURES + ACCEPTANCE + PROVENANCE
 DATASET_VERSION = 1
@@ -40,9 +62,12 @@ def config_meta(config: Mapping[str, Any]) -> dict[str, Any]:
     """Identity columns of a config (ServingConfig.to_dict())."""
     spec = config["speculation"]
     return {
-        "config": config["name"], "engine": config["engine"]["name"],
-        "engine_label": config["engine"]["label"], "checkpoint": config["checkpoint"]["name"],
-        "quantization": config["checkpoint"]["quantization"], "speculation": spec["name"],
+        "config": config["name"],
+        "engine": config["engine"]["name"],
+        "engine_label": config["engine"]["label"],
+        "checkpoint": config["checkpoint"]["name"],
+        "quantization": config["checkpoint"]["quantization"],
+        "speculation": spec["name"],
         "speculation_label": spec["label"],
         "num_speculative_tokens": spec["num_speculative_tokens"] if spec["method"] != "none" else None,
     }
@@ -57,26 +82,38 @@ def _metric(entry: Mapping[str, Any], name: str) -> tuple[float | None, float | 
 
 def measured_row(raw: Mapping[str, Any], prov: Mapping[str, Any], depth: int) -> dict[str, Any]:
     """Measure and provenance columns of one successful cell."""
-    entries = [b for b in raw.get("benchmarks", [])
-               if b.get("context_size") == depth and not b.get("is_context_prefill_phase")]
+    entries = [
+        b
+        for b in raw.get("benchmarks", [])
+        if b.get("context_size") == depth and not b.get("is_context_prefill_phase")
+    ]
     if len(entries) != 1:
         raise ResultFileError(f"no llama-benchy result for depth {depth}")
     entry = entries[0]
-    row: dict[str, Any] = {"context_tokens": depth, "prompt_tokens": entry.get("prompt_size"),
-                           "gen_tokens": entry.get("response_size")}
+    row: dict[str, Any] = {
+        "context_tokens": depth,
+        "prompt_tokens": entry.get("prompt_size"),
+        "gen_tokens": entry.get("response_size"),
+    }
     for metric, column in METRICS.items():
         row[column], row[f"{column}_std"] = _metric(entry, metric)
     engine = prov.get("engine", {})
     host = prov.get("host", {})
     versions = prov.get("versions", {})
-    row.update({
-        "image": engine.get("image"), "image_digest": engine.get("image_digest"),
-        "engine_version": engine.get("version"), "engine_startup_s": engine.get("startup_s"),
-        "gpu": host.get("gpu"), "driver": host.get("driver"),
-        "gridbench_version": versions.get("gridbench"),
-        "llama_benchy_version": versions.get("load_generator_version"),
-        "fingerprint": prov.get("fingerprint"), "prefix_cache_reset": prov.get("prefix_cache_reset"),
-    })
+    row.update(
+        {
+            "image": engine.get("image"),
+            "image_digest": engine.get("image_digest"),
+            "engine_version": engine.get("version"),
+            "engine_startup_s": engine.get("startup_s"),
+            "gpu": host.get("gpu"),
+            "driver": host.get("driver"),
+            "gridbench_version": versions.get("gridbench"),
+            "llama_benchy_version": versions.get("load_generator_version"),
+            "fingerprint": prov.get("fingerprint"),
+            "prefix_cache_reset": prov.get("prefix_cache_reset"),
+        }
+    )
     spec = prov.get("spec_decode") or {}
     row["acceptance_rate"] = spec.get("acceptance_rate")
     row["mean_acceptance_length"] = spec.get("mean_acceptance_length")
@@ -85,8 +122,11 @@ def measured_row(raw: Mapping[str, Any], prov: Mapping[str, Any], depth: int) ->
     return row
 
 
-def rows_from_results(plan: Mapping[str, Any], results: Mapping[tuple[str, int], Any],
-                      failures: Mapping[tuple[str, int], Mapping[str, Any]]) -> list[dict[str, Any]]:
+def rows_from_results(
+    plan: Mapping[str, Any],
+    results: Mapping[tuple[str, int], Any],
+    failures: Mapping[tuple[str, int], Mapping[str, Any]],
+) -> list[dict[str, Any]]:
     """Rows in plan order. ``results`` maps (config, depth) to (raw, provenance) for cells
     that succeeded; ``failures`` to their failure record for cells that failed."""
     rows = []
@@ -96,24 +136,36 @@ def rows_from_results(plan: Mapping[str, Any], results: Mapping[tuple[str, int],
         base = {**meta, "context_tokens": cell["depth"], "log_path": cell.get("log")}
         if key in results:
             raw, prov = results[key]
-            rows.append({**base, "status": "ok", "reason": None, "raw_path": cell.get("raw"),
-                         **measured_row(raw, prov, cell["depth"])})
+            rows.append(
+                {
+                    **base,
+                    "status": "ok",
+                    "reason": None,
+                    "raw_path": cell.get("raw"),
+                    **measured_row(raw, prov, cell["depth"]),
+                }
+            )
         else:
             failure = failures.get(key, {})
-            rows.append({**base, "status": "failed",
-                         "reason": failure.get("reason", "no result (the cell did not run)")})
+            rows.append(
+                {
+                    **base,
+                    "status": "failed",
+                    "reason": failure.get("reason", "no result (the cell did not run)"),
+                }
+            )
     for cell in plan.get("skipped", []):
         meta = config_meta(plan["configs"][cell["config"]])
-        rows.append({**meta, "context_tokens": cell["depth"], "status": "skipped",
-                     "reason": cell["reason"]})
+        rows.append({**meta, "context_tokens": cell["depth"], "status": "skipped", "reason": cell["reason"]})
     return rows
 
 
 def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     frame = pd.DataFrame.from_records(rows, columns=COLUMNS)
     order = {name: i for i, name in enumerate(dict.fromkeys(frame["config"]))}
-    frame = frame.sort_values(["config", "context_tokens"], key=lambda s: s.map(order) if s.name == "config" else s,
-                              kind="stable").reset_index(drop=True)
+    frame = frame.sort_values(
+        ["config", "context_tokens"], key=lambda s: s.map(order) if s.name == "config" else s, kind="stable"
+    ).reset_index(drop=True)
     for column in ["context_tokens", "prompt_tokens", "gen_tokens", "num_speculative_tokens"]:
         frame[column] = frame[column].astype("Int64")
     floats = [c for c in MEASURES if c.endswith(("_tps", "_ms", "_std"))]
@@ -139,8 +191,7 @@ def to_json_document(frame: pd.DataFrame, versions: Mapping[str, str | None]) ->
     document: dict[str, Any] = {}
     for config, group in frame.groupby("config", sort=False):
         first = group.iloc[0]
-        rows = [{c: _clean(row[c]) for c in COLUMNS if c not in meta_columns}
-                for _, row in group.iterrows()]
+        rows = [{c: _clean(row[c]) for c in COLUMNS if c not in meta_columns} for _, row in group.iterrows()]
         document[config] = {
             "meta": {c: _clean(first[c]) for c in meta_columns},
             "version": versions.get(config),
@@ -156,8 +207,9 @@ def _load_json(path: Path) -> Any:
     except FileNotFoundError:
         return None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ResultFileError(f"{path}: not valid JSON ({err})",
-                              hint=f"delete {path} and rerun: the workflow redoes that cell") from err
+        raise ResultFileError(
+            f"{path}: not valid JSON ({err})", hint=f"delete {path} and rerun: the workflow redoes that cell"
+        ) from err
 
 
 def build_from_plan(plan: Mapping[str, Any], *, csv: Path, json_path: Path, parquet: Path) -> pd.DataFrame:
@@ -168,13 +220,16 @@ def build_from_plan(plan: Mapping[str, Any], *, csv: Path, json_path: Path, parq
         prov = _load_json(Path(cell["provenance"]))
         if raw is not None and prov is not None:
             if not isinstance(raw, dict) or "benchmarks" not in raw:
-                raise ResultFileError(f"{cell['raw']}: not a llama-benchy result (no 'benchmarks')",
-                                      hint=f"delete {cell['raw']} and rerun")
+                raise ResultFileError(
+                    f"{cell['raw']}: not a llama-benchy result (no 'benchmarks')",
+                    hint=f"delete {cell['raw']} and rerun",
+                )
             try:
                 measured_row(raw, prov, cell["depth"])
             except ResultFileError as err:
-                raise ResultFileError(f"{cell['raw']}: {err.message}",
-                                      hint=f"delete {cell['raw']} and rerun") from err
+                raise ResultFileError(
+                    f"{cell['raw']}: {err.message}", hint=f"delete {cell['raw']} and rerun"
+                ) from err
             results[key] = (raw, prov)
             versions.setdefault(cell["config"], raw.get("version"))
         else:

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Install everything the tests need on a fresh Debian machine, then run them all:
+# lint, format, dry-runs of the seed grids, unit and integration tests against real
+# engines (processes and containers), and the demo sweep end to end.
+# Slow artefacts (the Docker images) are built only when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
+
+step "system packages: docker.io, debootstrap"
+if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends docker.io debootstrap >/dev/null
+fi
+if ! docker info >/dev/null 2>&1; then
+    mkdir -p logs
+    nohup dockerd > logs/dockerd.log 2>&1 &
+    for _ in $(seq 1 120); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
+    docker info >/dev/null 2>&1 || { echo "dockerd did not start; see logs/dockerd.log" >&2; exit 1; }
+fi
+
+step "python environment (.venv)"
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v 'is ignored' || true
+.venv/bin/python -c 'import gridbench, snakemake, xllamacpp' # fail early if the install broke
+export PATH="$PWD/.venv/bin:$PATH"
+
+step "engine images (built only when missing)"
+bash scripts/build_llamacpp_cpu_image.sh
+
+step "lint and format"
+ruff check src tests benchmarks
+bash scripts/snakemake_lint.sh --configfile config/demo.yaml
+snakefmt --check Snakefile workflow/rules/
+
+step "dry-runs of the seed grids"
+snakemake -n --quiet rules --configfile config/config.yaml | tee /dev/stderr | grep -Eq '^bench_cell +126$'
+snakemake -n --quiet rules --config engine=aeon | tee /dev/stderr | grep -Eq '^bench_cell +70$'
+
+step "tests"
+python -m pytest -q tests
+
+step "the demo sweep, end to end"
+rm -rf results dataset logs/cells
+snakemake -j1 --configfile config/demo.yaml --quiet rules
+python -c 'import pandas as pd; f = pd.read_csv("dataset/dataset.csv"); print(f[["config", "context_tokens", "status", "decode_tps", "ttft_ms", "acceptance_rate"]].to_string()); assert (f.status == "ok").all()'

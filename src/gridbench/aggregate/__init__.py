@@ -1,0 +1,1 @@
+"""Aggregation: raw results to the dataset, graphs and the report."""

@@ -1,0 +1,81 @@
+"""Shared fixtures: generated demo assets, isolated engine slots, free ports, configs."""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def isolated_slots(tmp_path_factory, monkeypatch):
+    """Each test sees its own slot directory, so tests never wait for one another."""
+    monkeypatch.setenv("GRIDBENCH_SLOT_DIR", str(tmp_path_factory.mktemp("slots")))
+    monkeypatch.setenv("GRIDBENCH_SLOT_WAIT_S", "30")
+    # engines and the CLI are started by name, as the workflow does: from this interpreter's venv
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+
+
+@pytest.fixture(scope="session")
+def demo_assets(tmp_path_factory) -> Path:
+    """The demo's models, tokenizer and corpus, generated once per test session."""
+    from gridbench.assets.corpus import write_corpus
+    from gridbench.assets.demo import write_demo_models
+
+    root = tmp_path_factory.mktemp("assets")
+    write_demo_models(root / "resources/models/demo")
+    write_corpus(root / "resources/corpus/book.txt")
+    return root
+
+
+@pytest.fixture
+def workdir(tmp_path, demo_assets, monkeypatch) -> Path:
+    """A working directory holding the demo assets (linked), as a sweep would have."""
+    shutil.copytree(demo_assets / "resources", tmp_path / "resources", symlinks=True)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def load_yaml(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+@pytest.fixture
+def demo_config() -> dict:
+    """config/demo.yaml with a free port, as a dict a test may change."""
+    config = copy.deepcopy(load_yaml(REPO / "config/demo.yaml"))
+    config["engines"]["llamacpp"]["port"] = free_port()
+    return config
+
+
+def write_config(path: Path, config: dict) -> Path:
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def gridbench(*args: str, cwd: Path | None = None, check: bool = True, env=None):
+    """Run the installed CLI as the workflow's rules do."""
+    exe = Path(sys.executable).parent / "gridbench"
+    return subprocess.run(
+        [str(exe), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=check,
+        env={**os.environ, **(env or {})},
+    )

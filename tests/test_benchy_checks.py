@@ -1,0 +1,91 @@
+"""A llama-benchy result counts only when every request of every run is in it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gridbench.errors import BenchmarkError
+from gridbench.grid import BenchySettings
+from gridbench.harness.benchy import TransportError, check_result, read_progress
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def settings(**changes) -> BenchySettings:
+    base = dict(
+        pp=256,
+        tg=64,
+        exact_tg=False,
+        runs=2,
+        concurrency=1,
+        latency_mode="none",
+        prefix_caching_pass=False,
+        warmup=True,
+        skip_coherence=True,
+        extra_body={},
+        corpus="book.txt",
+        timeout_s=60,
+        transport_retries=1,
+    )
+    return BenchySettings(**{**base, **changes})
+
+
+def single_depth(result: dict, depth: int, prompt: int) -> dict:
+    return {
+        **result,
+        "benchmarks": [
+            b for b in result["benchmarks"] if b["context_size"] == depth and b["prompt_size"] == prompt
+        ],
+    }
+
+
+def test_a_complete_result_passes():
+    result = single_depth(json.loads((FIXTURES / "basic_depth0_4096.json").read_text()), 4096, 512)
+    entry = check_result(result, [], depth=4096, settings=settings(runs=3), what="cell")
+    assert entry["tg_throughput"]["mean"] > 0
+
+
+def test_failed_requests_fail_the_cell_with_the_server_error():
+    result = single_depth(json.loads((FIXTURES / "http500_every3rd.json").read_text()), 0, 256)
+    progress = read_progress(FIXTURES / "http500_every3rd.progress.jsonl")
+    with pytest.raises(BenchmarkError, match="requests failed, first: HTTP 500") as info:
+        check_result(result, progress, depth=0, settings=settings(), what="cell")
+    assert not isinstance(info.value, TransportError)
+
+
+def test_missing_values_fail_even_without_progress_events():
+    result = single_depth(json.loads((FIXTURES / "http500_every3rd.json").read_text()), 0, 256)
+    with pytest.raises(BenchmarkError, match="ttfr has 1 values, expected 2"):
+        check_result(result, [], depth=0, settings=settings(), what="cell")
+
+
+def test_null_metrics_fail_the_cell():
+    result = single_depth(json.loads((FIXTURES / "basic_depth0_4096.json").read_text()), 0, 512)
+    result["benchmarks"][0]["tg_throughput"] = None
+    with pytest.raises(BenchmarkError, match="could not measure tg_throughput"):
+        check_result(result, [], depth=0, settings=settings(runs=3), what="cell")
+
+
+def test_exact_tg_rejects_a_short_generation():
+    result = single_depth(json.loads((FIXTURES / "basic_depth0_4096.json").read_text()), 0, 512)
+    progress = read_progress(FIXTURES / "early_eos_progress.jsonl") * 3
+    with pytest.raises(
+        BenchmarkError, match="exact-tg asked for 64 tokens per request, got \\[10, 10, 10\\]"
+    ):
+        check_result(result, progress, depth=0, settings=settings(runs=3, exact_tg=True), what="cell")
+
+
+def test_connection_level_failures_are_transport_errors():
+    result = single_depth(json.loads((FIXTURES / "basic_depth0_4096.json").read_text()), 0, 512)
+    progress = [{"type": "request_end", "total_tokens": 0, "error": "Server disconnected"}]
+    with pytest.raises(TransportError):
+        check_result(result, progress, depth=0, settings=settings(runs=3), what="cell")
+
+
+def test_the_cell_depth_must_be_in_the_result():
+    result = json.loads((FIXTURES / "basic_depth0_4096.json").read_text())
+    with pytest.raises(BenchmarkError, match="0 results for depth 8192"):
+        check_result(result, [], depth=8192, settings=settings(runs=3), what="cell")

@@ -1,0 +1,114 @@
+"""Engine slots against real llama.cpp servers: as local processes and in containers."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.request
+
+import pytest
+
+from conftest import REPO, free_port, load_yaml
+from gridbench.engines.manager import SlotManager
+from gridbench.errors import EngineStartError, EngineTimeoutError, ImageNotFoundError, PortInUseError
+from gridbench.grid import Grid, validate_config
+
+pytestmark = pytest.mark.integration
+CPU_IMAGE = "local/gridbench-llamacpp-cpu:latest"
+
+
+def grid_for(runtime: str, **engine_changes) -> Grid:
+    config = load_yaml(REPO / "config/demo.yaml")
+    if runtime == "docker":
+        overlay = load_yaml(REPO / "config/demo-docker.yaml")
+        config["engines"]["llamacpp"].update(overlay["engines"]["llamacpp"])
+        for name, change in overlay["checkpoints"].items():
+            config["checkpoints"][name].update(change)
+        config["speculations"]["draft4"].update(overlay["speculations"]["draft4"])
+    config["engines"]["llamacpp"].update({"port": free_port(), **engine_changes})
+    validate_config(config, "demo.yaml")
+    return Grid.from_config(config, "demo.yaml")
+
+
+@pytest.fixture(params=["process", pytest.param("docker", marks=pytest.mark.docker)])
+def runtime(request):
+    if request.param == "docker":
+        import docker
+
+        client = docker.from_env()
+        client.images.get(CPU_IMAGE)  # built by .ci/run (scripts/build_llamacpp_cpu_image.sh)
+    return request.param
+
+
+def models(engine) -> list[str]:
+    with urllib.request.urlopen(engine.base_url + "/v1/models", timeout=5) as r:
+        return [m["id"] for m in json.load(r)["data"]]
+
+
+def test_start_reuse_switch_and_stop(workdir, runtime):
+    grid = grid_for(runtime)
+    manager = SlotManager(["cpu"])
+    with manager.lease(grid.configs["D_f16_n0"]) as first:
+        assert not first.reused and models(first) == ["demo-f16"]
+    with manager.lease(grid.configs["D_f16_n0"]) as again:
+        assert again.reused and again.handle == first.handle
+    with manager.lease(grid.configs["D_q8_0_draft4"]) as other:
+        assert not other.reused and models(other) == ["demo-q8_0"]
+        assert not manager.is_alive(first)  # one engine per slot
+    assert manager.stop_all() == ["D_q8_0_draft4"]
+    assert not manager.is_alive(other)
+    events = [json.loads(line) for line in (workdir / "logs/engines/events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events] == ["start", "ready", "reuse", "stop", "start", "ready", "stop"]
+
+
+def test_engine_that_exits_fails_fast_with_its_log(workdir, runtime):
+    grid = grid_for(runtime, extra_args=["--no-such-flag"])
+    manager = SlotManager(["cpu"])
+    started = time.monotonic()
+    with pytest.raises(EngineStartError, match="exited during start-up") as info:
+        with manager.lease(grid.configs["D_f16_n0"]):
+            pass
+    assert time.monotonic() - started < 15
+    assert "--no-such-flag" in info.value.log_tail
+    assert manager.status() == []
+
+
+def test_engine_that_never_gets_ready_times_out(workdir):
+    grid = grid_for("process", command=["python3", "-c", "import time; time.sleep(60)"], startup_timeout_s=2)
+    manager = SlotManager(["cpu"])
+    with pytest.raises(EngineTimeoutError, match="not ready after 2 s"):
+        with manager.lease(grid.configs["D_f16_n0"]):
+            pass
+    assert manager.status() == []  # stopped, not left behind
+
+
+def test_fatal_log_line_fails_the_start_at_once(workdir):
+    code = "import sys, time; print('Traceback (most recent call last):', flush=True); time.sleep(60)"
+    grid = grid_for("process", command=["python3", "-c", code])
+    with pytest.raises(EngineStartError, match="fatal error: Traceback"):
+        with SlotManager(["cpu"]).lease(grid.configs["D_f16_n0"]):
+            pass
+
+
+def test_port_in_use_is_a_clear_error_or_a_free_port(workdir):
+    grid = grid_for("process")
+    cfg = grid.configs["D_f16_n0"]
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", cfg.engine.port))
+        squatter.listen()
+        with pytest.raises(PortInUseError, match=f"port 127.0.0.1:{cfg.engine.port} is already in use"):
+            with SlotManager(["cpu"]).lease(cfg):
+                pass
+        picking = grid_for("process", port=cfg.engine.port, port_in_use="pick_free")
+        with SlotManager(["cpu"]).lease(picking.configs["D_f16_n0"]) as engine:
+            assert engine.plan.port != cfg.engine.port and models(engine) == ["demo-f16"]
+        SlotManager(["cpu"]).stop_all()
+
+
+@pytest.mark.docker
+def test_missing_image_names_the_image(workdir):
+    grid = grid_for("docker", image="local/not-built:never")
+    with pytest.raises(ImageNotFoundError, match="image local/not-built:never is not present locally"):
+        with SlotManager(["cpu"]).lease(grid.configs["D_f16_n0"]):
+            pass

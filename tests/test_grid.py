@@ -1,0 +1,158 @@
+"""The grid config: seed 002 expressed exactly, filters, skipped cells and clear errors."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from conftest import REPO, load_yaml
+from gridbench.errors import ConfigError
+from gridbench.grid import Grid, load_config_files, validate_config
+
+SEED_CONFIGS = [
+    "Q_bf16_stock_n0",
+    "Q_bf16_eugr_n0",
+    "Q_bf16_aeon_n0",
+    "Q_nvfp4_stock_n0",
+    "Q_nvfp4_eugr_n0",
+    "Q_nvfp4_aeon_n0",
+    "Q_bf16_dfl1",
+    "Q_bf16_dfl8",
+    "Q_nvfp4_dfl8",
+]
+SEED_DEPTHS = [0, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152, 65536]
+
+
+def seed_grid(**overrides) -> Grid:
+    return load_config_files([REPO / "config/config.yaml"], overrides)
+
+
+def test_seed_002_grid_is_expressed_exactly():
+    grid = seed_grid()
+    assert list(grid.configs) == SEED_CONFIGS
+    assert list(grid.depths) == SEED_DEPTHS
+    images = {c.engine.image for c in grid.configs.values()}
+    assert images == {
+        "vllm/vllm-openai:latest",
+        "eugr/spark-vllm:latest",
+        "ghcr.io/aeon-7/aeon-vllm-ultimate:2026-06-18-v0.23.0-dflashfix",
+    }
+    b = grid.benchy
+    assert (b.pp, b.tg, b.exact_tg, b.runs, b.latency_mode) == (512, 256, True, 2, "generation")
+    for cfg in grid.configs.values():
+        s = cfg.serving
+        assert (
+            s.max_model_len,
+            s.gpu_memory_utilization,
+            s.prefix_caching,
+            s.chunked_prefill,
+            s.tensor_parallel_size,
+        ) == (131072, 0.80, False, True, 1)
+    dflash = grid.configs["Q_nvfp4_dfl8"]
+    assert dflash.engine.name == "aeon" and dflash.checkpoint.quantization == "NVFP4"
+    assert dflash.speculation.num_speculative_tokens == 8
+    assert dflash.speculation.extra == {"draft_sample_method": "probabilistic"}
+    assert list(dflash.serve_args[:2]) == ["--attention-backend", "flash_attn"]
+    assert "--mamba-cache-dtype" in dflash.serve_args
+    patches = [v.container for v in dflash.all_volumes if v.host.endswith(".py")]
+    assert [p.rsplit("/", 1)[1] for p in patches] == ["qwen3_dflash.py", "llm_base_proposer.py"]
+
+
+def test_cells_and_filters():
+    cells, skipped = seed_grid().cells()
+    assert len(cells) == 126 and not skipped
+    assert len(seed_grid(engine="aeon").cells()[0]) == 70
+    assert {c.config for c in seed_grid(checkpoint="nvfp4").cells()[0]} == {
+        "Q_nvfp4_stock_n0",
+        "Q_nvfp4_eugr_n0",
+        "Q_nvfp4_aeon_n0",
+        "Q_nvfp4_dfl8",
+    }
+    assert len(seed_grid(config="Q_bf16_dfl1,Q_bf16_dfl8").cells()[0]) == 28
+    assert len(seed_grid(speculation="dfl8").cells()[0]) == 28
+
+
+def test_cells_longer_than_max_model_len_are_skipped_with_the_reason():
+    cells, skipped = seed_grid(serving={"max_model_len": 20000}).cells()
+    assert len(cells) == 9 * 10
+    assert {s.depth for s in skipped} == {24576, 32768, 49152, 65536}
+    assert "exceeds max_model_len 20000" in skipped[0].reason
+
+
+def test_unknown_filter_value_names_the_allowed_ones():
+    with pytest.raises(
+        ConfigError, match=r"engine=aoen: unknown engine aoen; allowed values: stock, eugr, aeon"
+    ):
+        seed_grid(engine="aoen")
+
+
+def bad(mutate) -> str:
+    config = copy.deepcopy(load_yaml(REPO / "config/demo.yaml"))
+    mutate(config)
+    with pytest.raises(ConfigError) as info:
+        validate_config(config, "demo.yaml")
+    return str(info.value)
+
+
+def test_typo_is_an_error_naming_the_file_key_and_allowed_keys():
+    message = bad(lambda c: c["benchy"].update(rnus=3))
+    assert message.startswith("demo.yaml: key benchy:")
+    assert "'rnus' was unexpected" in message and "allowed keys:" in message and "runs" in message
+
+
+def test_enum_errors_list_the_allowed_values():
+    message = bad(lambda c: c["engines"]["llamacpp"].update(kind="sglang"))
+    assert "key engines.llamacpp.kind" in message and "allowed values: vllm, llamacpp" in message
+
+
+def test_unknown_reference_is_an_error():
+    message = bad(lambda c: c["configs"]["D_f16_n0"].update(checkpoint="fp8"))
+    assert "configs.D_f16_n0.checkpoint: unknown checkpoint 'fp8'; allowed values: f16, q8_0" in message
+
+
+def test_speculation_method_must_suit_the_engine_kind():
+    message = bad(lambda c: c["speculations"]["draft4"].update(method="dflash"))
+    assert "'dflash' is not a llamacpp method" in message
+
+
+def test_defaults_are_filled_from_the_schema():
+    config = load_yaml(REPO / "config/demo.yaml")
+    validate_config(config, "demo.yaml")
+    assert config["engines"]["llamacpp"]["health_path"] == "/health"
+    assert config["benchy"]["corpus"] == "resources/corpus/book.txt"
+
+
+def test_every_schema_key_has_a_description():
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    defs = schema["$defs"]
+    missing = []
+
+    def described(node) -> bool:
+        target = defs[node["$ref"].rsplit("/", 1)[1]] if "$ref" in node else {}
+        return "description" in node or "description" in target
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            for key, sub in node.get("properties", {}).items():
+                if not described(sub):
+                    missing.append(f"{path}.{key}")
+            for key, value in node.items():
+                walk(value, f"{path}.{key}")
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, path)
+
+    walk(schema, "")
+    assert schema["additionalProperties"] is False
+    assert not missing
+
+
+def test_fingerprint_changes_with_what_starts_the_engine_only():
+    grid = seed_grid()
+    a = grid.configs["Q_bf16_stock_n0"]
+    relabelled = seed_grid(configs={"Q_bf16_stock_n0": {"label": "renamed"}}).configs["Q_bf16_stock_n0"]
+    retuned = seed_grid(serving={"gpu_memory_utilization": 0.7}).configs["Q_bf16_stock_n0"]
+    assert a.fingerprint() == relabelled.fingerprint()
+    assert a.fingerprint() != retuned.fingerprint()
