@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -251,7 +252,9 @@ class SlotManager:
         plan = launch_plan(cfg, self._port_for(cfg, slot))
         log_path = ENGINE_LOG_DIR / f"{cfg.name}.log"
         gpus = [] if slot == "cpu" else [slot]
-        name = f"gridbench-{slot}-{cfg.name}".lower()
+        # unique per working directory: two sweeps on one host never touch each other's container
+        owner = hashlib.sha256(self.workdir.encode()).hexdigest()[:8]
+        name = f"gridbench-{owner}-{slot}-{cfg.name}".lower()
         started_at = now_iso()
         _log_event("start", cfg.name, slot=slot, fingerprint=fingerprint, port=plan.port)
         with Path(log_path).open("a") as log:
