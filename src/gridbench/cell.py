@@ -7,6 +7,7 @@ failure record under ``results/failures/`` instead; a later success removes the 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import shlex
@@ -24,7 +25,7 @@ from gridbench import provenance
 from gridbench.engines import probe
 from gridbench.engines.manager import EngineLease, SlotManager, now_iso
 from gridbench.errors import BenchmarkError, EngineDiedError, EngineError, GridbenchError
-from gridbench.files import atomic_write_bytes, atomic_write_json
+from gridbench.files import atomic_write_bytes, atomic_write_json, atomic_write_text
 from gridbench.grid import BenchySettings, Grid, ServingConfig
 from gridbench.harness import benchy
 from gridbench.spec_metrics import acceptance, parse_spec_counters
@@ -35,9 +36,12 @@ FAILURE_DIR = Path("results/failures")
 TMP_DIR = Path("results/.tmp")
 
 
+CONTEXT_DIR = Path(".gridbench/contexts")
+
+
 @dataclass(frozen=True)
 class CellSpec:
-    """Everything a cell process needs, passed by the workflow as one JSON string."""
+    """Everything a cell process needs: its config's context file plus the cell's coordinates."""
 
     kind: str  # "benchy" or "natural"
     config: dict[str, Any]  # ServingConfig.to_dict()
@@ -48,12 +52,9 @@ class CellSpec:
     concurrency: int | None = None
     natural: dict[str, Any] | None = None
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-
     @classmethod
-    def from_json(cls, text: str) -> CellSpec:
-        return cls(**json.loads(text))
+    def from_context(cls, path: Path, kind: str, **coordinates: Any) -> CellSpec:
+        return cls(kind=kind, **json.loads(Path(path).read_text()), **coordinates)
 
     @property
     def serving_config(self) -> ServingConfig:
@@ -77,14 +78,20 @@ class CellSpec:
         return FAILURE_DIR / sub / self.config["name"] / f"{self.cell_id}.json"
 
 
-def benchy_cell_spec(grid: Grid, config: str, depth: int, slots: list[str]) -> CellSpec:
-    return CellSpec(
-        kind="benchy",
-        config=grid.configs[config].to_dict(),
-        slots=slots,
-        depth=depth,
-        benchy=asdict(grid.benchy),
-    )
+def write_context(grid: Grid, config: str, slots: list[str]) -> Path:
+    """The part of every cell spec that one config's cells share, in a file named by its
+    content: a cell's params (the path) change exactly when what it measures changes."""
+    context = {
+        "config": grid.config_dict(config),
+        "slots": slots,
+        "benchy": asdict(grid.benchy),
+        "natural": grid.natural,
+    }
+    text = json.dumps(context, sort_keys=True, separators=(",", ":"))
+    path = CONTEXT_DIR / f"{config}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
+    if not path.exists():
+        atomic_write_text(path, text)
+    return path
 
 
 class _Interrupted(BaseException):

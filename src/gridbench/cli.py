@@ -95,7 +95,7 @@ def cmd_engine_status(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from gridbench.cell import CellSpec, measure_benchy, run_cell
 
-    spec = CellSpec.from_json(args.spec)
+    spec = CellSpec.from_context(args.context, "benchy", depth=args.depth)
     return run_cell(spec, {"raw": args.raw, "provenance": args.provenance}, measure_benchy)
 
 
@@ -156,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_engine_status)
 
     p = sub.add_parser("bench", help="run one llama-benchy cell (called by the workflow)")
-    p.add_argument("--spec", required=True, help="the cell as JSON")
+    p.add_argument("--context", required=True, type=Path, help="the config's cell context (JSON)")
+    p.add_argument("--depth", required=True, type=int)
     p.add_argument("--raw", required=True, type=Path)
     p.add_argument("--provenance", required=True, type=Path)
     p.set_defaults(func=cmd_bench)

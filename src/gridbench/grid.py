@@ -314,6 +314,7 @@ class Grid:
     study: dict[str, Any]
     gpu_slots: tuple[str, ...] | None
     filters: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    _dicts: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], source: str = "config") -> Grid:
@@ -388,6 +389,12 @@ class Grid:
                 )
             filters[key] = values
         return filters
+
+    def config_dict(self, name: str) -> dict[str, Any]:
+        """``configs[name].to_dict()``, computed once: the workflow asks for it per cell."""
+        if name not in self._dicts:
+            self._dicts[name] = self.configs[name].to_dict()
+        return self._dicts[name]
 
     def selected(self) -> list[ServingConfig]:
         """Configs that pass every filter, in declaration order."""

@@ -10,7 +10,7 @@ rule bench_cell:
     resources:
         gpu=get_cell_gpus,
     params:
-        spec=get_cell_spec,
+        context=get_cell_context,
     shell:
-        "gridbench bench --spec {params.spec:q}"
+        "gridbench bench --context {params.context:q} --depth {wildcards.depth}"
         " --raw {output.raw:q} --provenance {output.provenance:q} > {log:q} 2>&1"

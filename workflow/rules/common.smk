@@ -4,7 +4,7 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from gridbench.cell import benchy_cell_spec
+from gridbench.cell import write_context
 from gridbench.engines.manager import detect_gpus
 from gridbench.files import atomic_write_text
 from gridbench.grid import validate_config, Grid
@@ -51,9 +51,16 @@ def get_cell_files(wildcards):
     return [*cfg.files, GRID.benchy.corpus]
 
 
-def get_cell_spec(wildcards):
-    spec = benchy_cell_spec(GRID, wildcards.config, int(wildcards.depth), GPU_SLOTS)
-    return spec.to_json()
+_CONTEXTS = {}
+
+
+def get_cell_context(wildcards):
+    """The config's cell context file (its name changes when the config does)."""
+    if wildcards.config not in _CONTEXTS:
+        _CONTEXTS[wildcards.config] = str(
+            write_context(GRID, wildcards.config, GPU_SLOTS)
+        )
+    return _CONTEXTS[wildcards.config]
 
 
 def get_cell_priority(wildcards):
