@@ -30,8 +30,12 @@ BIN = Path(sys.executable).parent
 
 def snakemake(workdir: Path, *args: str) -> float:
     started = time.monotonic()
-    subprocess.run([str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return time.monotonic() - started
 
 
@@ -49,8 +53,10 @@ def demo_sweep(workdir: Path) -> None:
     print(f"demo sweep: {cells} cells in {wall:.1f} s, llama-benchy {bench_wall:.1f} s of it")
     print(f"  engine starts per config: {dict(starts)} (target 1 each)")
     overhead = (wall - bench_wall) / cells
-    print(f"  orchestration overhead per cell: {overhead:.2f} s (target <= 1 s); "
-          f"ratio to llama-benchy time per cell: {overhead / (bench_wall / cells):.2f}")
+    print(
+        f"  orchestration overhead per cell: {overhead:.2f} s (target <= 1 s); "
+        f"ratio to llama-benchy time per cell: {overhead / (bench_wall / cells):.2f}"
+    )
 
 
 def large_grid(workdir: Path, cells: int = 2000) -> None:
@@ -63,8 +69,10 @@ def large_grid(workdir: Path, cells: int = 2000) -> None:
     (workdir / "large.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     demo_dry = snakemake(workdir, "-n", "--configfile", str(REPO / "config/demo.yaml"))
     large_dry = snakemake(workdir, "-n", "--configfile", "large.yaml")
-    print(f"snakemake -n on {n_configs * len(depths)} cells: {large_dry:.1f} s (target <= 10 s); "
-          f"demo dry-run (16 cells) {demo_dry:.1f} s, ratio {large_dry / demo_dry:.1f}")
+    print(
+        f"snakemake -n on {n_configs * len(depths)} cells: {large_dry:.1f} s (target <= 10 s); "
+        f"demo dry-run (16 cells) {demo_dry:.1f} s, ratio {large_dry / demo_dry:.1f}"
+    )
 
 
 def main() -> None:

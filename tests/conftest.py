@@ -44,11 +44,14 @@ def demo_assets(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def workdir(tmp_path, demo_assets, monkeypatch) -> Path:
+def workdir(tmp_path, demo_assets, monkeypatch):
     """A working directory holding the demo assets (linked), as a sweep would have."""
     shutil.copytree(demo_assets / "resources", tmp_path / "resources", symlinks=True)
     monkeypatch.chdir(tmp_path)
-    return tmp_path
+    yield tmp_path
+    from gridbench.engines.manager import SlotManager
+
+    SlotManager([], workdir=tmp_path).stop_all()  # no engine outlives its test
 
 
 def load_yaml(path: Path) -> dict:

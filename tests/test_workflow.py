@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import docker
 import pandas as pd
 import pytest
+import yaml
 
 from conftest import REPO, write_config
 
@@ -44,11 +47,9 @@ def jobs_of_last_run(workdir: Path, rule: str) -> list[dict[str, str]]:
     """The wildcards of every job of ``rule`` in Snakemake's own log of its latest run."""
     log = sorted((workdir / ".snakemake/log").glob("*.snakemake.log"))[-1].read_text()
     jobs = []
-    for block in log.split("\n\n"):
-        lines = block.strip().splitlines()
-        if any(line.strip() in (f"rule {rule}:", f"localrule {rule}:") for line in lines):
-            wildcards = next(line for line in lines if "wildcards:" in line)
-            jobs.append(dict(p.split("=") for p in wildcards.split("wildcards:")[1].strip().split(", ")))
+    for match in re.finditer(rf"^(?:local)?rule {rule}:\n((?:    .*\n)+)", log, re.MULTILINE):
+        wildcards = re.search(r"^    wildcards: (.*)$", match.group(1), re.MULTILINE).group(1)
+        jobs.append(dict(pair.split("=", 1) for pair in wildcards.split(", ")))
     return jobs
 
 
@@ -84,18 +85,55 @@ def test_small_grid_end_to_end(workdir, demo_config):
     assert "--depth" in prov["bench"]["argv"] and prov["fingerprint"]
 
 
-def test_a_failed_cell_reruns_alone(workdir, demo_config):
-    demo_config["configs"] = {"D_q8_0_n0": demo_config["configs"]["D_q8_0_n0"]}
-    demo_config["depths"] = [0, 256, 512]
-    write_config(workdir / "grid.yaml", demo_config)
-    proc = snakemake(workdir, "--configfile", "grid.yaml", background=True)
-    victim_log = workdir / "logs/cells/D_q8_0_n0/depth_256.log"
-    deadline = time.monotonic() + 180
-    while "llama-benchy (0.4.0)" not in (victim_log.read_text() if victim_log.exists() else ""):
+RUNTIMES = ["process", pytest.param("docker", marks=pytest.mark.docker)]
+
+
+def in_runtime(config: dict, runtime: str) -> dict:
+    """The demo config, its engine moved into the CPU container when asked."""
+    if runtime == "docker":
+        overlay = yaml.safe_load((REPO / "config/demo-docker.yaml").read_text())
+        config["engines"]["llamacpp"].update(overlay["engines"]["llamacpp"])
+        for name, change in overlay["checkpoints"].items():
+            config["checkpoints"][name].update(change)
+    return config
+
+
+def wait_for_measuring(proc, log: Path, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while "llama-benchy (0.4.0)" not in (log.read_text() if log.exists() else ""):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
         time.sleep(0.05)
-    slot = json.loads(next(Path(os.environ["GRIDBENCH_SLOT_DIR"]).glob("slot-*.json")).read_text())
-    os.killpg(slot["handle"]["pid"], signal.SIGKILL)  # the engine dies mid-cell
+
+
+def slot_state() -> dict:
+    return json.loads(next(Path(os.environ["GRIDBENCH_SLOT_DIR"]).glob("slot-*.json")).read_text())
+
+
+def kill_engine(handle: dict) -> None:
+    if handle["runtime"] == "docker":
+        docker.from_env().containers.get(handle["container_id"]).kill()
+    else:
+        os.killpg(handle["pid"], signal.SIGKILL)
+
+
+def engine_alive(handle: dict) -> bool:
+    if handle["runtime"] == "docker":
+        try:
+            docker.from_env().containers.get(handle["container_id"])
+        except docker.errors.NotFound:
+            return False
+        return True
+    return Path(f"/proc/{handle['pid']}").exists()
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_failed_cell_reruns_alone(workdir, demo_config, runtime):
+    demo_config["configs"] = {"D_q8_0_n0": demo_config["configs"]["D_q8_0_n0"]}
+    demo_config["depths"] = [0, 256, 512]
+    write_config(workdir / "grid.yaml", in_runtime(demo_config, runtime))
+    proc = snakemake(workdir, "--configfile", "grid.yaml", background=True)
+    wait_for_measuring(proc, workdir / "logs/cells/D_q8_0_n0/depth_256.log")
+    kill_engine(slot_state()["handle"])  # the engine dies mid-cell
     output, _ = proc.communicate(timeout=300)
     assert proc.returncode != 0
 
@@ -112,3 +150,29 @@ def test_a_failed_cell_reruns_alone(workdir, demo_config):
     assert not (workdir / "results/failures/D_q8_0_n0/depth_256.json").exists()
     frame = pd.read_csv(workdir / "dataset/dataset.csv")
     assert list(frame["status"]) == ["ok", "ok", "ok"]
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_ctrl_c_stops_every_engine_and_the_rerun_redoes_the_cell(workdir, demo_config, runtime):
+    demo_config["configs"] = {"D_f16_n0": demo_config["configs"]["D_f16_n0"]}
+    demo_config["depths"] = [0, 256, 512]
+    write_config(workdir / "grid.yaml", in_runtime(demo_config, runtime))
+    proc = snakemake(workdir, "--configfile", "grid.yaml", background=True)
+    wait_for_measuring(proc, workdir / "logs/cells/D_f16_n0/depth_256.log")
+    handle = slot_state()["handle"]
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground process group
+    proc.communicate(timeout=300)
+    assert proc.returncode != 0
+
+    assert not engine_alive(handle)
+    assert not list(Path(os.environ["GRIDBENCH_SLOT_DIR"]).glob("slot-*.json"))
+    assert not (workdir / "results/raw/D_f16_n0/depth_256.json").exists()
+    assert not list((workdir / "results/.tmp").iterdir())
+    failure = json.loads((workdir / "results/failures/D_f16_n0/depth_256.json").read_text())
+    assert failure["error_type"] == "interrupted"
+    missing = [d for d in (0, 256, 512) if not (workdir / f"results/raw/D_f16_n0/depth_{d}.json").exists()]
+
+    rerun = snakemake(workdir, "--configfile", "grid.yaml")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    ran = sorted(int(job["depth"]) for job in jobs_of_last_run(workdir, "bench_cell"))
+    assert ran == missing and 256 in ran

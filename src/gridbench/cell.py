@@ -234,7 +234,11 @@ def measure_benchy(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[s
     cache_reset = probe.reset_prefix_cache(cfg.engine.kind, engine.base_url, engine.headers)
     book_url = benchy.seed_corpus(Path(settings.corpus))
     snapshots = scratch / "metrics"
-    post_run = snapshot_command(engine.base_url, snapshots) if cfg.speculation.enabled else None
+    post_run = (
+        snapshot_command(engine.base_url, snapshots, cfg.engine.api_key_env)
+        if cfg.speculation.enabled
+        else None
+    )
     attempts: list[str] = []
     while True:
         shutil.rmtree(snapshots, ignore_errors=True)
@@ -284,7 +288,7 @@ def measure_benchy(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[s
         "provenance": {
             "versions": provenance.versions("llama-benchy", result.get("version")),
             "bench": {
-                "argv": benchy.redacted_argv(run),
+                "argv": list(run.argv),
                 "started_at": bench_started,
                 "finished_at": now_iso(),
                 "wall_s": round(wall_s, 3),
@@ -296,11 +300,10 @@ def measure_benchy(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[s
     }
 
 
-def snapshot_command(base_url: str, out_dir: Path) -> str:
+def snapshot_command(base_url: str, out_dir: Path, key_variable: str | None) -> str:
     """Shell line for llama-benchy's --post-run-cmd: save /metrics after every run."""
-    return shlex.join(
-        [sys.executable, "-m", "gridbench.snapshot", f"{base_url}/metrics", str(out_dir.resolve())]
-    )
+    argv = [sys.executable, "-m", "gridbench.snapshot", f"{base_url}/metrics", str(out_dir.resolve())]
+    return shlex.join(argv + ([key_variable] if key_variable else []))
 
 
 def _acceptance(

@@ -41,7 +41,7 @@ def _load_grid(args: argparse.Namespace):
         key, sep, value = item.partition("=")
         if not sep:
             raise GridbenchError(f"--config {item}: expected KEY=VALUE")
-        overrides[key] = yaml.safe_load(value)
+        overrides[key] = yaml.safe_load(value) if value else ""  # `engine=` is an empty filter
     return load_config_files(args.configfile, overrides)
 
 
@@ -63,6 +63,18 @@ def cmd_engine_command(args: argparse.Namespace) -> int:
     if args.name not in grid.configs:
         raise GridbenchError(f"unknown config {args.name!r}; allowed values: {', '.join(grid.configs)}")
     print(describe_launch(grid.configs[args.name]))
+    return 0
+
+
+def cmd_engine_check(args: argparse.Namespace) -> int:
+    from gridbench.engines.preflight import check_engine
+    from gridbench.files import atomic_write_json
+    from gridbench.grid import Grid
+
+    grid = Grid.from_config(json.loads(Path(args.grid).read_text()), str(args.grid))
+    record = check_engine(grid, args.engine)
+    atomic_write_json(args.out, record)
+    print(f"engine {args.engine}: ready to start ({record.get('image') or record['runtime']})")
     return 0
 
 
@@ -149,6 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_configfile(p)
     p.add_argument("name", metavar="CONFIG")
     p.set_defaults(func=cmd_engine_command)
+    p = esub.add_parser("check", help="check an engine can start: image, command, mounts")
+    p.add_argument("--grid", required=True, type=Path, help="the validated grid config (JSON)")
+    p.add_argument("--engine", required=True)
+    p.add_argument("--out", required=True, type=Path)
+    p.set_defaults(func=cmd_engine_check)
     p = esub.add_parser("stop", help="stop every engine this working directory started")
     p.add_argument("--all", action="store_true", required=True)
     p.set_defaults(func=cmd_engine_stop)

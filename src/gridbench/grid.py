@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from gridbench.errors import ConfigError
+from gridbench.provenance import SECRET_NAME
 
 VLLM_METHODS = frozenset({"dflash", "mtp", "eagle", "eagle3", "draft_model", "ngram", "medusa", "suffix"})
 LLAMACPP_METHODS = frozenset(
@@ -94,20 +95,45 @@ def validate_config(config: dict[str, Any], source: str) -> dict[str, Any]:
     return config
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (plain YAML keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor` merges, and may then be overridden on purpose
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError(
+                    f"key {key!r} is given twice (line {key_node.start_mark.line + 1})",
+                    hint="names must be unique: rename or remove one of them",
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """One config file, strictly parsed: syntax errors and duplicate keys name the file."""
+    try:
+        data = yaml.load(path.read_text(), Loader=_StrictLoader) or {}
+    except FileNotFoundError as err:
+        raise ConfigError(f"config file {path} does not exist") from err
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err.message}", hint=err.hint) from err
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping at the top level")
+    return data
+
+
 def load_config_files(paths: Iterable[str | Path], overrides: Mapping[str, Any] | None = None):
     """Load, merge (later files win, as Snakemake does) and validate config files."""
     paths = [Path(p) for p in paths]
     merged: dict[str, Any] = {}
     for path in paths:
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except FileNotFoundError as err:
-            raise ConfigError(f"config file {path} does not exist") from err
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path} is not valid YAML: {err}") from err
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path} must hold a mapping at the top level")
-        _merge(merged, data)
+        _merge(merged, read_config_file(path))
     if overrides:
         _merge(merged, dict(overrides))
     source = " + ".join(map(str, paths)) or "config"
@@ -156,6 +182,7 @@ class Engine:
     startup_timeout_s: float
     fatal_log_patterns: tuple[str, ...]
     api_key_env: str | None
+    pass_env: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -336,6 +363,7 @@ class Grid:
                         f"allowed values: {', '.join(table)}",
                         hint=f"declare {entry[key]!r} under {FILTER_KEYS[key]} or fix the name",
                     )
+            _check_no_literal_secrets(f"configs.{name}", entry.get("env", {}))
             engine = engines[entry["engine"]]
             speculation = speculations[entry["speculation"]]
             _check_speculation(source, name, engine, speculation)
@@ -355,6 +383,13 @@ class Grid:
                 bench_extra_body=dict(entry.get("bench", {}).get("extra_body", {})),
             )
         benchy = BenchySettings(**config["benchy"])
+        for name, cfg in configs.items():
+            if benchy.pp + benchy.tg > cfg.serving.max_model_len:
+                raise ConfigError(
+                    f"{source}: key benchy.pp + benchy.tg = {benchy.pp + benchy.tg} exceeds "
+                    f"configs.{name}'s max_model_len {cfg.serving.max_model_len}: no cell could run",
+                    hint="lower benchy.pp/tg or raise serving.max_model_len",
+                )
         grid = cls(
             source=source,
             configs=configs,
@@ -441,7 +476,18 @@ def _label(entry: Mapping[str, Any], fallback: str) -> str:
     return entry.get("label") or fallback
 
 
+def _check_no_literal_secrets(where: str, env: Mapping[str, Any]) -> None:
+    for name in env:
+        if SECRET_NAME.search(name):
+            raise ConfigError(
+                f"key {where}.env.{name}: a secret may not be written in a config file",
+                hint=f"export {name} in the environment and list it under the engine's pass_env "
+                "(or use api_key_env for the engine's API key)",
+            )
+
+
 def _engine(name: str, e: Mapping[str, Any]) -> Engine:
+    _check_no_literal_secrets(f"engines.{name}", e["env"])
     if e["runtime"] == "docker" and not e.get("image"):
         raise ConfigError(
             f"key engines.{name}.image: the docker runtime needs an image",
@@ -477,6 +523,7 @@ def _engine(name: str, e: Mapping[str, Any]) -> Engine:
         startup_timeout_s=float(e["startup_timeout_s"]),
         fatal_log_patterns=tuple(e["fatal_log_patterns"]),
         api_key_env=e["api_key_env"],
+        pass_env=tuple(e["pass_env"]),
     )
 
 

@@ -14,12 +14,13 @@ from typing import Any
 import gridbench
 
 SCHEMA = "gridbench.provenance.v1"
-_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+# a variable name with one of these words in it holds a secret (HF_TOKEN, VLLM_API_KEY, ...)
+SECRET_NAME = re.compile(r"(^|_)(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(_|$)", re.IGNORECASE)
 REDACTED = "<redacted>"
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: (REDACTED if _SECRET_NAME.search(k) else v) for k, v in env.items()}
+    return {k: (REDACTED if SECRET_NAME.search(k) else v) for k, v in env.items()}
 
 
 def redact_config(data: dict[str, Any]) -> dict[str, Any]:
@@ -33,7 +34,7 @@ def redact_config(data: dict[str, Any]) -> dict[str, Any]:
 def scrub(text: str) -> str:
     """Remove the values of secret-looking environment variables from text (logs, errors)."""
     for name, value in os.environ.items():
-        if _SECRET_NAME.search(name) and len(value) >= 6:
+        if SECRET_NAME.search(name) and len(value) >= 6:
             text = text.replace(value, REDACTED)
     return text
 

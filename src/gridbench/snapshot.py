@@ -1,7 +1,9 @@
-"""Save one /metrics scrape: ``python -m gridbench.snapshot URL DIR``.
+"""Save one /metrics scrape: ``python -m gridbench.snapshot URL DIR [KEY_VARIABLE]``.
 
-llama-benchy runs this after every run (--post-run-cmd), so it imports nothing heavy."""
+llama-benchy runs this after every run (--post-run-cmd), so it imports nothing heavy. The
+API key, when the engine needs one, is read from the environment variable named last."""
 
+import os
 import sys
 import time
 import urllib.request
@@ -10,7 +12,8 @@ from pathlib import Path
 
 def main() -> None:
     url, out_dir = sys.argv[1], Path(sys.argv[2])
-    with urllib.request.urlopen(url, timeout=10) as response:
+    headers = {"Authorization": f"Bearer {os.environ[sys.argv[3]]}"} if len(sys.argv) > 3 else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as response:
         text = response.read()
     path = out_dir / f"{time.time_ns()}.prom"
     tmp = path.with_suffix(".tmp")

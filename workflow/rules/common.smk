@@ -1,21 +1,32 @@
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 from snakemake.utils import validate
 
 from gridbench.cell import write_context
 from gridbench.engines.manager import detect_gpus
+from gridbench.errors import GridbenchError
 from gridbench.files import atomic_write_text
-from gridbench.grid import validate_config, Grid
+from gridbench.grid import Grid, read_config_file, validate_config
 from gridbench.plan import benchy_plan
 
+CONFIG_FILES = [
+    Path(p) for p in workflow.config_settings.configfiles or ["config/config.yaml"]
+]
+CONFIG_SOURCE = " + ".join(map(str, CONFIG_FILES))
+try:
+    # gridbench's check first: one message naming the file, the key and what is allowed
+    for path in CONFIG_FILES:
+        read_config_file(
+            path
+        )  # duplicate keys, which Snakemake's YAML loading lets pass
+    validate_config(config, CONFIG_SOURCE)
+    GRID = Grid.from_config(config, CONFIG_SOURCE)
+except GridbenchError as err:
+    sys.exit(f"gridbench: invalid config: {err}")
 validate(config, schema="../schemas/config.schema.yaml")
-CONFIG_SOURCE = " + ".join(
-    map(str, workflow.config_settings.configfiles or ["config/config.yaml"])
-)
-validate_config(config, CONFIG_SOURCE)
-GRID = Grid.from_config(config, CONFIG_SOURCE)
 PLAN = benchy_plan(GRID)
 GPU_SLOTS = list(GRID.gpu_slots or detect_gpus()) or ["cpu"]
 # The effective grid, content-addressed, for the rules that need all of it.
@@ -26,10 +37,12 @@ GRID_FILE = (
 if not Path(GRID_FILE).exists():
     atomic_write_text(Path(GRID_FILE), _GRID_JSON)
 _CONFIG_RANK = {name: rank for rank, name in enumerate(PLAN["configs"])}
+_DEPTH_RANK = {depth: rank for rank, depth in enumerate(GRID.depths)}
 
 
 wildcard_constraints:
     config="|".join(PLAN["configs"]) or "NO_CONFIG",
+    engine="|".join(GRID.configs[c].engine.name for c in PLAN["configs"]) or "NO_ENGINE",
     depth=r"\d+",
 
 
@@ -46,9 +59,10 @@ def get_raw_results(wildcards):
 
 
 def get_cell_files(wildcards):
-    """Host files the cell's engine needs: built by a rule when one makes them."""
+    """The engine's preflight check and the host files the cell needs (built by a rule
+    when one makes them)."""
     cfg = GRID.configs[wildcards.config]
-    return [*cfg.files, GRID.benchy.corpus]
+    return [f"results/preflight/{cfg.engine.name}.json", *cfg.files, GRID.benchy.corpus]
 
 
 _CONTEXTS = {}
@@ -64,8 +78,11 @@ def get_cell_context(wildcards):
 
 
 def get_cell_priority(wildcards):
-    """Cells of one config run back to back, so they share one warm engine."""
-    return 1000 * (len(_CONFIG_RANK) - _CONFIG_RANK[wildcards.config])
+    """Cells of one config run back to back, so they share one warm engine, in the order
+    of the config file, shallow depths first."""
+    per_config = len(_DEPTH_RANK) + 1
+    config_rank = len(_CONFIG_RANK) - _CONFIG_RANK[wildcards.config]
+    return per_config * config_rank - _DEPTH_RANK[int(wildcards.depth)]
 
 
 def get_cell_gpus(wildcards):

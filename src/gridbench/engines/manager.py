@@ -99,12 +99,26 @@ def _free_port(host: str) -> int:
         return sock.getsockname()[1]
 
 
-def api_headers(cfg: ServingConfig) -> dict[str, str]:
-    """Authorization header from the environment; the key itself is never written anywhere."""
+# where each engine kind reads its API key from, so the key never appears in a command line
+ENGINE_KEY_VARIABLE = {"vllm": "VLLM_API_KEY", "llamacpp": "LLAMA_API_KEY"}
+
+
+def api_key(cfg: ServingConfig) -> str | None:
+    """The engine's API key, from the environment only; it is never written anywhere."""
     name = cfg.engine.api_key_env
-    if name and os.environ.get(name):
-        return {"Authorization": f"Bearer {os.environ[name]}"}
-    return {}
+    if not name:
+        return None
+    if not os.environ.get(name):
+        raise EngineError(
+            f"engine {cfg.engine.name}: api_key_env names {name}, which is not set",
+            hint=f"export {name}=<the key> before running the sweep",
+        )
+    return os.environ[name]
+
+
+def api_headers(cfg: ServingConfig) -> dict[str, str]:
+    key = api_key(cfg)
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 class SlotManager:
@@ -261,7 +275,9 @@ class SlotManager:
             log.write(
                 f"\n=== gridbench: starting {cfg.name} on slot {slot} at {started_at}: {plan.shell_line()}\n"
             )
-        handle = runtime.start(cfg, plan, name=name, gpus=gpus, log_path=log_path, env={})
+        key = api_key(cfg)
+        env = {ENGINE_KEY_VARIABLE[cfg.engine.kind]: key} if key else {}
+        handle = runtime.start(cfg, plan, name=name, gpus=gpus, log_path=log_path, env=env)
         state = {
             "owner": self.workdir,
             "config": cfg.name,

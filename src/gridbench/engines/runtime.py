@@ -57,7 +57,7 @@ class ProcessRuntime:
 
     def start(self, cfg, plan, *, name, gpus, log_path, env):
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        child_env = {**os.environ, **cfg.all_env, **env}
+        child_env = {**os.environ, **cfg.all_env, **env}  # a local process inherits pass_env too
         if gpus:
             child_env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         with log_path.open("ab") as log:
@@ -190,7 +190,7 @@ class DockerRuntime:
             "name": name,
             "detach": True,
             "labels": {LABEL: str(Path.cwd())},
-            "environment": {**cfg.all_env, **env},
+            "environment": {**cfg.all_env, **passed_env(cfg), **env},
             "volumes": volumes,
             "privileged": engine.privileged,
             "command": list(plan.argv),
@@ -254,6 +254,11 @@ class DockerRuntime:
             container.remove(force=True)
             removed.append(container.name)
         return removed
+
+
+def passed_env(cfg: ServingConfig) -> dict[str, str]:
+    """The host variables the engine's pass_env names, where they are set."""
+    return {name: os.environ[name] for name in cfg.engine.pass_env if name in os.environ}
 
 
 def runtime_for(kind: str) -> Runtime:

@@ -11,6 +11,7 @@ usage: python xllamacpp_server.py -m MODEL.gguf --port 8080 [llama-server flags]
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -63,8 +64,9 @@ def build_params(args: argparse.Namespace) -> xlc.CommonParams:
     params.cache_prompt = not args.no_cache_prompt
     if args.alias:
         params.model_alias = set(args.alias)
-    if args.api_key:
-        params.api_keys = [args.api_key]
+    api_key = args.api_key or os.environ.get("LLAMA_API_KEY")  # llama-server reads it there too
+    if api_key:
+        params.api_keys = [api_key]
     spec_type = args.spec_type or ("draft-simple" if args.model_draft else None)
     if spec_type:
         spec = params.speculative

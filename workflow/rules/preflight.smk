@@ -1,0 +1,10 @@
+rule check_engine:
+    output:
+        "results/preflight/{engine}.json",
+    log:
+        "logs/preflight/{engine}.log",
+    params:
+        grid=GRID_FILE,
+    shell:
+        "gridbench engine check --grid {params.grid:q} --engine {wildcards.engine:q}"
+        " --out {output:q} > {log:q} 2>&1"
