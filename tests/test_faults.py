@@ -162,3 +162,24 @@ def test_free_port_option_moves_a_started_engine(workdir, demo_config, port):
         assert result.returncode == 0 and raw.exists(), result.stdout
         prov = json.loads(raw.with_suffix(".provenance.json").read_text())
         assert not prov["engine"]["base_url"].endswith(f":{port}")
+
+
+@pytest.mark.docker
+@pytest.mark.workflow
+def test_a_missing_image_stops_only_its_engines_cells(workdir, demo_config):
+    from conftest import write_config
+    from test_workflow import snakemake
+
+    ghost = {**demo_config["engines"]["llamacpp"], "runtime": "docker", "image": "local/not-built:never"}
+    demo_config["engines"]["ghost"] = ghost
+    demo_config["configs"] = {"D_f16_n0": demo_config["configs"]["D_f16_n0"],
+                              "G_f16_n0": {"engine": "ghost", "checkpoint": "f16", "speculation": "none"}}
+    demo_config["depths"] = [0]
+    write_config(workdir / "grid.yaml", demo_config)
+    result = snakemake(workdir, "--configfile", "grid.yaml")
+    assert result.returncode != 0
+    preflight = (workdir / "logs/preflight/ghost.log").read_text()
+    assert "image local/not-built:never is not present locally; gridbench never pulls images" in preflight
+    assert "docker pull local/not-built:never" in preflight  # how to get it
+    assert not (workdir / "logs/cells/G_f16_n0").exists()  # no cell ran on that engine
+    assert (workdir / "results/raw/D_f16_n0/depth_0.json").exists()
