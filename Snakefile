@@ -14,6 +14,7 @@ if not workflow.config_settings.configfiles:
 include: "workflow/rules/common.smk"
 include: "workflow/rules/assets.smk"
 include: "workflow/rules/bench.smk"
+include: "workflow/rules/natural.smk"
 include: "workflow/rules/dataset.smk"
 
 
