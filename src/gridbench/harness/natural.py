@@ -173,13 +173,14 @@ async def stream_request(
     text_ns: list[int] = []
     tokens = finish_reason = None
     done = responded = False
-    start_ns = end_ns = time.perf_counter_ns()
+    sent = {"ns": None}  # set when the request goes out on its own, fresh connection
+    issued_ns = end_ns = time.perf_counter_ns()
 
     def trace(status: str, error: str | None = None) -> RequestTrace:
         return RequestTrace(
             index=index,
             status=status,
-            start_ns=start_ns,
+            start_ns=sent["ns"] or issued_ns,
             end_ns=end_ns,
             text_chunk_ns=tuple(text_ns),
             output_tokens=tokens,
@@ -189,7 +190,9 @@ async def stream_request(
 
     try:
         async with asyncio.timeout(timeout_s):
-            async with session.post(endpoint.url, json=payload, headers=endpoint.headers) as response:
+            async with session.post(
+                endpoint.url, json=payload, headers=endpoint.headers, trace_request_ctx=sent
+            ) as response:
                 if response.status != 200:
                     detail = (await response.text(errors="replace"))[:_ERROR_BODY_CHARS]
                     end_ns = time.perf_counter_ns()
@@ -228,10 +231,20 @@ async def stream_request(
     return trace(OK)
 
 
+async def _on_request_sent(_session, context, _params) -> None:
+    context.trace_request_ctx["ns"] = time.perf_counter_ns()
+
+
 def _session() -> aiohttp.ClientSession:
-    # a fresh connection per request (see the module docstring); no pool limit: the semaphore is it
+    """A fresh connection per request (see the module docstring), no pool limit (the
+    semaphore is the limit), and a request's clock starting when it is sent: opening its
+    connection is the harness's cost, not the server's."""
     connector = aiohttp.TCPConnector(force_close=True, limit=0)
-    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+    tracing = aiohttp.TraceConfig()
+    tracing.on_request_headers_sent.append(_on_request_sent)
+    return aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=None), trace_configs=[tracing]
+    )
 
 
 async def run_requests(

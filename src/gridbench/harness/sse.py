@@ -8,16 +8,13 @@ needs from it: text, finish reason, usage, the end marker, or an error.
 
 from __future__ import annotations
 
-import codecs
 import json
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 TEXT_FIELDS = ("content", "reasoning", "reasoning_content")  # reasoning parsers stream there first
 
 
-@dataclass(frozen=True)
-class SSEEvent:
+class SSEEvent(NamedTuple):
     """One dispatched event: its ``event:`` name (None when absent) and joined ``data:`` lines.
 
     llama.cpp's server reports a failure inside a stream as an ``error:`` line, which the
@@ -28,81 +25,67 @@ class SSEEvent:
 
 
 class SSEParser:
-    """Incremental SSE parser (the WHATWG event-stream rules, plus llama.cpp's ``error:``)."""
+    """Incremental SSE parser (the WHATWG event-stream rules, plus llama.cpp's ``error:``).
+
+    It splits bytes (a line end never falls inside a UTF-8 character) and decodes each
+    event's data once it is complete."""
 
     def __init__(self) -> None:
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._buffer = ""
-        self._data: list[str] = []
+        self._buffer = b""
+        self._data: list[bytes] = []
         self._event: str | None = None
-        self._pending_cr = False
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        return self._consume(self._decoder.decode(chunk))
+        buffer = self._buffer + chunk
+        held = b""
+        if b"\r" in buffer:
+            if buffer.endswith(b"\r"):  # perhaps the CR of a CRLF whose LF comes next
+                buffer, held = buffer[:-1], b"\r"
+            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        *lines, rest = buffer.split(b"\n")
+        self._buffer = rest + held
+        events: list[SSEEvent] = []
+        for line in lines:
+            if line.startswith(b"data:"):  # the common case, kept short
+                self._data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+            elif line:
+                self._field(line)
+            elif self._data:
+                events.append(self._dispatch())
+            else:
+                self._event = None
+        return events
 
     def finish(self) -> list[SSEEvent]:
         """End of stream: a last event without its blank line still counts."""
-        events = self._consume(self._decoder.decode(b"", final=True))
+        events = self.feed(b"\n") if self._buffer.endswith(b"\r") else []
         if self._buffer:
-            events += self._line(self._buffer)
-            self._buffer = ""
-        return events + self._dispatch()
-
-    def _consume(self, text: str) -> list[SSEEvent]:
-        if self._pending_cr and text.startswith("\n"):
-            text = text[1:]  # the LF of a CRLF split across two chunks
-        self._pending_cr = False
-        events: list[SSEEvent] = []
-        buffer = self._buffer + text
-        if "\r" not in buffer:  # the common case: LF line ends only
-            *lines, self._buffer = buffer.split("\n")
-            for line in lines:
-                events += self._line(line)
-            return events
-        start = 0
-        while True:
-            cr, lf = buffer.find("\r", start), buffer.find("\n", start)
-            if cr == -1 and lf == -1:
-                break
-            end = min(i for i in (cr, lf) if i != -1)
-            events += self._line(buffer[start:end])
-            if buffer[end] == "\r":
-                if end + 1 == len(buffer):
-                    self._pending_cr = True
-                elif buffer[end + 1] == "\n":
-                    end += 1
-            start = end + 1
-        self._buffer = buffer[start:]
+            events += self.feed(b"\n")
+        if self._data:
+            events.append(self._dispatch())
         return events
 
-    def _line(self, line: str) -> list[SSEEvent]:
-        if not line:
-            return self._dispatch()
-        if line.startswith(":"):
-            return []  # comment / keep-alive
-        name, sep, value = line.partition(":")
-        if sep and value.startswith(" "):
+    def _field(self, line: bytes) -> None:
+        if line.startswith(b":"):
+            return  # comment / keep-alive
+        name, sep, value = line.partition(b":")
+        if sep and value.startswith(b" "):
             value = value[1:]
-        if name == "data":
+        if name == b"data":
             self._data.append(value)
-        elif name == "event":
-            self._event = value
-        elif name == "error":
+        elif name == b"event":
+            self._event = value.decode("utf-8", "replace")
+        elif name == b"error":
             self._event = "error"
             self._data.append(value)
-        return []
 
-    def _dispatch(self) -> list[SSEEvent]:
-        if not self._data:
-            self._event = None
-            return []
-        event = SSEEvent(self._event, "\n".join(self._data))
+    def _dispatch(self) -> SSEEvent:
+        event = SSEEvent(self._event, b"\n".join(self._data).decode("utf-8", "replace"))
         self._data, self._event = [], None
-        return [event]
+        return event
 
 
-@dataclass(frozen=True)
-class StreamChunk:
+class StreamChunk(NamedTuple):
     """What one event means to the harness."""
 
     text: str = ""
@@ -131,18 +114,22 @@ def parse_chunk(event: SSEEvent) -> StreamChunk:
         return StreamChunk(ignored=f"not a JSON object: {data[:80]!r}")
     if event.event == "error" or "error" in payload:
         return StreamChunk(error=_error_message(payload.get("error", payload)))
-    text: list[str] = []
+    text = ""
     finish_reason = None
-    for choice in payload.get("choices") or []:
+    for choice in payload.get("choices") or ():
         if not isinstance(choice, dict):
             continue
-        delta = choice.get("delta") or {}
-        text += [delta[f] for f in TEXT_FIELDS if isinstance(delta.get(f), str) and delta[f]]
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            for name in TEXT_FIELDS:
+                value = delta.get(name)
+                if value and isinstance(value, str):
+                    text += value
         finish_reason = choice.get("finish_reason") or finish_reason
     usage = payload.get("usage")
     tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
     return StreamChunk(
-        text="".join(text),
+        text=text,
         finish_reason=finish_reason,
         completion_tokens=tokens if isinstance(tokens, int) and tokens >= 0 else None,
     )
