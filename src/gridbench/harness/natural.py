@@ -1,9 +1,10 @@
 """The natural-prompt harness: streamed /v1/chat/completions at a fixed concurrency.
 
 One cell is one prompt class at one concurrency: a few serial warm-up requests (not
-counted), then ``requests`` measured requests with at most ``concurrency`` in flight. Every
-chunk is timestamped (``perf_counter_ns``) the moment it is read off the socket; a request
-that fails is recorded with its reason, never dropped.
+counted), then ``requests`` measured requests with at most ``concurrency`` in flight. A
+request's clock starts when it is sent and every chunk is timestamped (``perf_counter_ns``)
+the moment it is read off the socket; a request that fails is recorded with its reason,
+never dropped. benchmarks/harness_fidelity.py measures how exact this is.
 
 llama.cpp's server closes the connection after each streamed response, so every request
 opens its own connection (``force_close``): a reused kept-alive connection would race it.
