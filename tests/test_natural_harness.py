@@ -23,6 +23,13 @@ pytestmark = pytest.mark.integration
 FAULT_SERVER = Path(__file__).with_name("fault_server.py")
 
 
+@pytest.fixture
+def workdir(workdir):
+    """The shared workdir, with every engine the test started stopped, even when it fails."""
+    yield workdir
+    SlotManager(["cpu"]).stop_all()
+
+
 def demo_grid(natural_section: dict, **engine_changes) -> Grid:
     config = load_yaml(REPO / "config/demo.yaml")
     config["engines"]["llamacpp"].update({"port": free_port(), **engine_changes})
@@ -53,7 +60,6 @@ def test_cell_on_llamacpp_counts_what_the_engine_generated(workdir):
     with manager.lease(cfg) as engine:
         assert engine.reused  # the cell ran on the same warm engine
         after = probe.fetch_metrics(engine.base_url)
-    manager.stop_all()
     assert rc == 0, Path("results/failures/natural/D_f16_n0/code_c2.json").read_text()
 
     result = json.loads(out.read_text())
@@ -109,7 +115,6 @@ def test_acceptance_with_a_draft_model_and_none_without(workdir):
 
     rc, out = run_natural_cell(grid, "D_f16_n0", "prose", 1)
     assert rc == 0 and json.loads(out.read_text())["spec_decode"] is None
-    SlotManager(["cpu"]).stop_all()
 
 
 def test_llamacpp_exposition_text_with_per_position_counters(workdir):
@@ -122,7 +127,6 @@ def test_llamacpp_exposition_text_with_per_position_counters(workdir):
         before = parse_spec_counters(probe.fetch_metrics(engine.base_url))
         (trace,) = natural.warm_up(endpoint, plan)
         text = probe.fetch_metrics(engine.base_url)
-    manager.stop_all()
     assert "llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position=" in text
     counters = parse_spec_counters(text)
     delta = counters - before
@@ -212,7 +216,6 @@ def fault_grid(faults: str) -> Grid:
 def test_error_rate_above_the_threshold_fails_the_cell(workdir):
     grid = fault_grid("1:500,3:drop")  # 2 of the 16 measured requests (#0 is the warm-up): 12.5 %
     rc, out = run_natural_cell(grid, "D_f16_n0", "code", 4)
-    SlotManager(["cpu"]).stop_all()
     assert rc != 0 and not out.exists()
     failure = json.loads(Path("results/failures/natural/D_f16_n0/code_c4.json").read_text())
     assert "1 errored and 1 incomplete of 16 requests" in failure["reason"]
@@ -225,7 +228,6 @@ def test_error_rate_above_the_threshold_fails_the_cell(workdir):
 def test_error_rate_within_the_threshold_keeps_the_failed_request(workdir):
     grid = fault_grid("4:500")  # the 4th measured request (#0 is the warm-up), 1 of 16: 6 %
     rc, out = run_natural_cell(grid, "D_f16_n0", "code", 4)
-    SlotManager(["cpu"]).stop_all()
     assert rc == 0
     result = json.loads(out.read_text())
     assert result["summary"]["errored"] == 1 and result["summary"]["ok"] == 15
