@@ -15,6 +15,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/assets.smk"
 include: "workflow/rules/preflight.smk"
 include: "workflow/rules/bench.smk"
+include: "workflow/rules/natural.smk"
 include: "workflow/rules/dataset.smk"
 
 

@@ -37,6 +37,7 @@ snakefmt --check Snakefile workflow/rules/
 step "dry-runs of the seed grids"
 snakemake -n --quiet rules --configfile config/config.yaml | tee /dev/stderr | grep -Eq '^bench_cell +126$'
 snakemake -n --quiet rules --config engine=aeon | tee /dev/stderr | grep -Eq '^bench_cell +70$'
+snakemake -n --quiet rules --configfile config/studies/qwen36-35b-a3b-dflash.yaml | tee /dev/stderr | grep -Eq '^natural_cell +48$'
 
 step "tests"
 python -m pytest -q tests
@@ -45,3 +46,11 @@ step "the demo sweep, end to end"
 rm -rf results dataset logs/cells
 snakemake -j1 --configfile config/demo.yaml --quiet rules
 python -c 'import pandas as pd; f = pd.read_csv("dataset/dataset.csv"); print(f[["config", "context_tokens", "status", "decode_tps", "ttft_ms", "acceptance_rate"]].to_string()); assert (f.status == "ok").all()'
+python - <<'PY'
+import glob, json
+cells = [json.load(open(p)) for p in sorted(glob.glob("results/natural/*/*.json")) if ".provenance." not in p]
+for c in cells:
+    s, sd = c["summary"], c["spec_decode"]
+    print(f'{c["config"]:<14}{c["prompt_class"]:<7}c={c["concurrency"]:<3}{s["ok"]}/{s["requests"]} ok  {s["output_tok_s"]:8.1f} tok/s  TTFT p50 {s["ttft_ms_p50"]:8.1f} ms  acceptance {sd and sd["acceptance_rate"]}')
+assert len(cells) == 16 and all(c["summary"]["error_rate"] == 0 for c in cells)
+PY

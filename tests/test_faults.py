@@ -30,7 +30,7 @@ def one_cell_grid(config: dict, **engine_changes) -> Grid:
 
 
 def run_cell(grid: Grid, depth: int = 0, timeout: float = 300):
-    context = write_context(grid, "D_f16_n0", ["cpu"])
+    context = write_context(grid, "D_f16_n0", ["cpu"], "benchy")
     raw = Path(f"results/raw/D_f16_n0/depth_{depth}.json")
     started = time.monotonic()
     result = gridbench(

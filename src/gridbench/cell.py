@@ -15,19 +15,21 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import gridbench
 from gridbench import provenance
 from gridbench.engines import probe
 from gridbench.engines.manager import EngineLease, SlotManager, now_iso
 from gridbench.errors import BenchmarkError, EngineDiedError, EngineError, GridbenchError
 from gridbench.files import atomic_write_bytes, atomic_write_json, atomic_write_text
 from gridbench.grid import BenchySettings, Grid, ServingConfig
-from gridbench.harness import benchy
+from gridbench.harness import benchy, natural
 from gridbench.spec_metrics import acceptance, parse_spec_counters
 
 log = logging.getLogger(__name__)
@@ -54,7 +56,12 @@ class CellSpec:
 
     @classmethod
     def from_context(cls, path: Path, kind: str, **coordinates: Any) -> CellSpec:
-        return cls(kind=kind, **json.loads(Path(path).read_text()), **coordinates)
+        context = json.loads(Path(path).read_text())
+        if kind == "natural":
+            settings = context.pop("natural")
+            prompts = settings.pop("prompts")
+            context["natural"] = {**settings, "prompt": prompts[coordinates["prompt_class"]]}
+        return cls(kind=kind, **context, **coordinates)
 
     @property
     def serving_config(self) -> ServingConfig:
@@ -77,21 +84,31 @@ class CellSpec:
         sub = "" if self.kind == "benchy" else "natural/"
         return FAILURE_DIR / sub / self.config["name"] / f"{self.cell_id}.json"
 
+    def log_path(self) -> Path:
+        name = self.cell_id if self.kind == "benchy" else f"natural_{self.cell_id}"
+        return Path("logs/cells") / self.config["name"] / f"{name}.log"
 
-def write_context(grid: Grid, config: str, slots: list[str]) -> Path:
-    """The part of every cell spec that one config's cells share, in a file named by its
-    content: a cell's params (the path) change exactly when what it measures changes."""
-    context = {
-        "config": grid.config_dict(config),
-        "slots": slots,
-        "benchy": asdict(grid.benchy),
-        "natural": grid.natural,
-    }
+
+def write_context(grid: Grid, config: str, slots: list[str], kind: str) -> Path:
+    """What one config's cells of one kind share, in a file named by its content: a cell's
+    params (the path) change exactly when what it measures changes. Natural contexts carry
+    the prompt strings themselves, so an edited prompt file reruns its cells."""
+    context: dict[str, Any] = {"config": grid.config_dict(config), "slots": slots}
+    if kind == "benchy":
+        context["benchy"] = asdict(grid.benchy)
+    else:
+        prompts = natural.resolve_prompts(natural.NaturalSettings.from_dict(grid.natural))
+        context["natural"] = {**grid.natural, "prompts": prompts}
     text = json.dumps(context, sort_keys=True, separators=(",", ":"))
-    path = CONTEXT_DIR / f"{config}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
+    path = CONTEXT_DIR / f"{config}-{kind}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
     if not path.exists():
         atomic_write_text(path, text)
     return path
+
+
+def cell_spec(grid: Grid, config: str, slots: list[str], kind: str, **coordinates: Any) -> CellSpec:
+    """The spec a cell process will read: its context file written, the coordinates added."""
+    return CellSpec.from_context(write_context(grid, config, slots, kind), kind, **coordinates)
 
 
 class _Interrupted(BaseException):
@@ -215,7 +232,7 @@ def _write_failure(spec: CellSpec, err: BaseException, started_at: str) -> None:
         "engine_log_tail": log_tail,
         "started_at": started_at,
         "failed_at": now_iso(),
-        "cell_log": f"logs/cells/{spec.config['name']}/{spec.cell_id}.log",
+        "cell_log": str(spec.log_path()),
     }
     if not isinstance(err, GridbenchError | _Interrupted):
         record["traceback"] = provenance.scrub(traceback.format_exc())
@@ -317,3 +334,77 @@ def _acceptance(
     result = acceptance(parse_spec_counters(before_text), parse_spec_counters(after))
     result["window"] = "after llama-benchy's warm-up run" if warmup and files else "whole invocation"
     return result
+
+
+def measure_natural(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[str, Any]:
+    """Warm up, then the measured requests, bracketed by spec-decode counter snapshots."""
+    cfg = spec.serving_config
+    settings = natural.NaturalSettings.from_dict(spec.natural)
+    plan = natural.level_plan(settings, spec.natural["prompt"], spec.concurrency, cfg.bench_extra_body)
+    endpoint = natural.Endpoint(engine.base_url, cfg.checkpoint.served_model_name, engine.headers)
+    cache_reset = probe.reset_prefix_cache(cfg.engine.kind, engine.base_url, engine.headers)
+    started_at = now_iso()
+    warmups = natural.warm_up(endpoint, plan)
+    for trace in warmups:
+        if trace.status != "ok":
+            log.info(f"{spec.what}: warm-up request {trace.index} {trace.status}: {trace.error}")
+    before = _settled_metrics(engine) if cfg.speculation.enabled else None
+    window_started = time.monotonic()
+    traces = natural.measure_level(endpoint, plan)
+    wall_s = time.monotonic() - window_started
+    after = _settled_metrics(engine) if cfg.speculation.enabled else None
+    spec_decode = None
+    if cfg.speculation.enabled:
+        if before is None or after is None:
+            raise BenchmarkError(
+                f"{spec.what}: could not read the engine's /metrics around the measured window"
+            )
+        spec_decode = acceptance(parse_spec_counters(before), parse_spec_counters(after))
+        spec_decode["window"] = "the measured requests (after the warm-up requests)"
+    document = natural.result_document(
+        config=cfg.name, prompt_class=spec.prompt_class, plan=plan, traces=traces, spec_decode=spec_decode
+    )
+    raw = (json.dumps(document, indent=1, allow_nan=False) + "\n").encode()
+    summary = document["summary"]
+    if summary["error_rate"] > settings.max_error_rate:
+        (scratch / "natural.json").write_bytes(raw)  # kept beside the failure record
+        first = next(r["error"] for r in document["requests"] if r["status"] != "ok")
+        raise BenchmarkError(
+            f"{spec.what}: {summary['errored']} errored and {summary['incomplete']} incomplete of "
+            f"{summary['requests']} requests (error rate {summary['error_rate']:.2f} > "
+            f"natural.max_error_rate {settings.max_error_rate:g}); first: {first}",
+            hint="read the engine log; every request's outcome is in the kept natural.json",
+        )
+    log.info(
+        f"{spec.what}: {summary['output_tok_s']} tok/s aggregate, TTFT p50 {summary['ttft_ms_p50']} ms, "
+        f"TPOT p50 {summary['tpot_ms_p50']} ms, {summary['ok']}/{summary['requests']} ok"
+    )
+    return {
+        "files": {"raw": raw},
+        "provenance": {
+            "versions": provenance.versions(natural.LOAD_GENERATOR, gridbench.__version__),
+            "bench": {
+                "url": endpoint.url,
+                "model": endpoint.model,
+                "started_at": started_at,
+                "finished_at": now_iso(),
+                "wall_s": round(wall_s, 3),
+                "warmup": natural.warmup_record(warmups),
+            },
+            "prefix_cache_reset": cache_reset,
+            "spec_decode": spec_decode,
+        },
+    }
+
+
+def _settled_metrics(engine: EngineLease, timeout_s: float = 5.0) -> str | None:
+    """/metrics once its spec-decode counters stop moving: the last responses' counts are in."""
+    deadline = time.monotonic() + timeout_s
+    text = probe.fetch_metrics(engine.base_url, engine.headers)
+    while text is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        again = probe.fetch_metrics(engine.base_url, engine.headers)
+        if again is None or parse_spec_counters(again) == parse_spec_counters(text):
+            return again
+        text = again
+    return text

@@ -52,7 +52,13 @@ def cmd_cells(args: argparse.Namespace) -> int:
         print(f"{cell.config}\tdepth {cell.depth}")
     for cell in skipped:
         print(f"{cell.config}\tdepth {cell.depth}\tskipped: {cell.reason}")
-    print(f"{len(cells)} cells scheduled, {len(skipped)} skipped", file=sys.stderr)
+    natural = grid.natural_cells()
+    for cell in natural:
+        print(f"{cell.config}\tnatural {cell.prompt_class} c={cell.concurrency}")
+    print(
+        f"{len(cells)} llama-benchy cells scheduled, {len(skipped)} skipped; {len(natural)} natural cells",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -109,6 +115,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     spec = CellSpec.from_context(args.context, "benchy", depth=args.depth)
     return run_cell(spec, {"raw": args.raw, "provenance": args.provenance}, measure_benchy)
+
+
+def cmd_natural(args: argparse.Namespace) -> int:
+    from gridbench.cell import CellSpec, measure_natural, run_cell
+
+    spec = CellSpec.from_context(args.context, "natural", prompt_class=args.prompt_class,
+                                 concurrency=args.concurrency)
+    return run_cell(spec, {"raw": args.out, "provenance": args.provenance}, measure_natural)
 
 
 def cmd_dataset(args: argparse.Namespace) -> int:
@@ -178,6 +192,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--raw", required=True, type=Path)
     p.add_argument("--provenance", required=True, type=Path)
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("natural", help="run one natural-prompt cell (called by the workflow)")
+    p.add_argument("--context", required=True, type=Path, help="the config's cell context (JSON)")
+    p.add_argument("--prompt-class", required=True)
+    p.add_argument("--concurrency", required=True, type=int)
+    p.add_argument("--out", required=True, type=Path, help="the cell's raw result JSON")
+    p.add_argument("--provenance", required=True, type=Path)
+    p.set_defaults(func=cmd_natural)
 
     p = sub.add_parser("dataset", help="aggregate raw results into the dataset")
     p.add_argument(

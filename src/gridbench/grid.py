@@ -323,6 +323,13 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class NaturalCell:
+    config: str
+    prompt_class: str
+    concurrency: int
+
+
+@dataclass(frozen=True)
 class SkippedCell:
     config: str
     depth: int
@@ -393,12 +400,17 @@ class Grid:
         grid = cls(
             source=source,
             configs=configs,
-            depths=tuple(sorted(config["depths"])),
+            depths=tuple(sorted(config.get("depths", ()))),
             benchy=benchy,
             natural=config.get("natural"),
             study=dict(config.get("study", {})),
             gpu_slots=tuple(map(str, config["gpu_slots"])) if config.get("gpu_slots") else None,
         )
+        if not grid.depths and grid.natural is None:
+            raise ConfigError(
+                f"{source}: the study measures nothing: depths is empty and there is no natural section",
+                hint="list llama-benchy depths, or add a natural: section (or both)",
+            )
         grid.filters = grid._parse_filters(config)
         return grid
 
@@ -470,6 +482,17 @@ class Grid:
                 else:
                     scheduled.append(Cell(cfg.name, depth))
         return scheduled, skipped
+
+    def natural_cells(self) -> list[NaturalCell]:
+        """Natural-prompt cells in run order: config, then prompt class, then concurrency."""
+        if self.natural is None:
+            return []
+        return [
+            NaturalCell(cfg.name, prompt_class, concurrency)
+            for cfg in self.selected()
+            for prompt_class in self.natural["prompt_classes"]
+            for concurrency in self.natural["concurrency"]
+        ]
 
 
 def _label(entry: Mapping[str, Any], fallback: str) -> str:

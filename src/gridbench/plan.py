@@ -6,6 +6,7 @@ from typing import Any
 
 from gridbench import layout
 from gridbench.grid import Grid
+from gridbench.harness.natural import NaturalSettings, resolve_prompts
 
 
 def benchy_plan(grid: Grid) -> dict[str, Any]:
@@ -26,3 +27,22 @@ def benchy_plan(grid: Grid) -> dict[str, Any]:
         ],
         "skipped": [{"config": s.config, "depth": s.depth, "reason": s.reason} for s in skipped],
     }
+
+
+def natural_plan(grid: Grid) -> dict[str, Any]:
+    """The natural-prompt cells and their files; an unknown prompt class stops here."""
+    if grid.natural is not None:
+        resolve_prompts(NaturalSettings.from_dict(grid.natural))
+    cells = []
+    for cell in grid.natural_cells():
+        names = {"config": cell.config, "prompt_class": cell.prompt_class, "concurrency": cell.concurrency}
+        cells.append(
+            {
+                **names,
+                "raw": layout.NATURAL.format(**names),
+                "provenance": layout.NATURAL_PROVENANCE.format(**names),
+                "failure": layout.NATURAL_FAILURE.format(**names),
+                "log": layout.NATURAL_LOG.format(**names),
+            }
+        )
+    return {"configs": {c.name: c.to_dict() for c in grid.selected()}, "cells": cells}

@@ -1,5 +1,6 @@
 import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from gridbench.engines.manager import detect_gpus
 from gridbench.errors import GridbenchError
 from gridbench.files import atomic_write_text
 from gridbench.grid import Grid, read_config_file, validate_config
-from gridbench.plan import benchy_plan
+from gridbench.plan import benchy_plan, natural_plan
 
 CONFIG_FILES = [
     Path(p) for p in workflow.config_settings.configfiles or ["config/config.yaml"]
@@ -28,6 +29,7 @@ except GridbenchError as err:
     sys.exit(f"gridbench: invalid config: {err}")
 validate(config, schema="../schemas/config.schema.yaml")
 PLAN = benchy_plan(GRID)
+NATURAL_PLAN = natural_plan(GRID)
 GPU_SLOTS = list(GRID.gpu_slots or detect_gpus()) or ["cpu"]
 # The effective grid, content-addressed, for the rules that need all of it.
 _GRID_JSON = json.dumps(config, default=str)  # key order is the report order
@@ -38,20 +40,36 @@ if not Path(GRID_FILE).exists():
     atomic_write_text(Path(GRID_FILE), _GRID_JSON)
 _CONFIG_RANK = {name: rank for rank, name in enumerate(PLAN["configs"])}
 _DEPTH_RANK = {depth: rank for rank, depth in enumerate(GRID.depths)}
+_PROMPT_CLASSES = (GRID.natural or {}).get("prompt_classes", [])
+_NATURAL_RANK = {
+    (cls, c): rank
+    for rank, (cls, c) in enumerate(
+        (cls, c)
+        for cls in _PROMPT_CLASSES
+        for c in (GRID.natural or {}).get("concurrency", [])
+    )
+}
+_PER_CONFIG = len(_DEPTH_RANK) + len(_NATURAL_RANK) + 1
 
 
 wildcard_constraints:
     config="|".join(PLAN["configs"]) or "NO_CONFIG",
     engine="|".join(GRID.configs[c].engine.name for c in PLAN["configs"]) or "NO_ENGINE",
     depth=r"\d+",
+    prompt_class="|".join(map(re.escape, _PROMPT_CLASSES)) or "NO_CLASS",
+    concurrency=r"\d+",
 
 
 def get_final_outputs():
-    return [
-        "dataset/dataset.csv",
-        "dataset/dataset.json",
-        "dataset/dataset.parquet",
-    ]
+    """The llama-benchy dataset when the study sweeps depths, and every natural cell."""
+    outputs = []
+    if GRID.depths:
+        outputs += [
+            "dataset/dataset.csv",
+            "dataset/dataset.json",
+            "dataset/dataset.parquet",
+        ]
+    return outputs + [cell["raw"] for cell in NATURAL_PLAN["cells"]]
 
 
 def get_raw_results(wildcards):
@@ -68,21 +86,48 @@ def get_cell_files(wildcards):
 _CONTEXTS = {}
 
 
-def get_cell_context(wildcards):
-    """The config's cell context file (its name changes when the config does)."""
-    if wildcards.config not in _CONTEXTS:
-        _CONTEXTS[wildcards.config] = str(
-            write_context(GRID, wildcards.config, GPU_SLOTS)
+def _context(config_name, kind):
+    if (config_name, kind) not in _CONTEXTS:
+        _CONTEXTS[config_name, kind] = str(
+            write_context(GRID, config_name, GPU_SLOTS, kind)
         )
-    return _CONTEXTS[wildcards.config]
+    return _CONTEXTS[config_name, kind]
+
+
+def get_cell_context(wildcards):
+    """The config's llama-benchy cell context file (named by its content)."""
+    return _context(wildcards.config, "benchy")
+
+
+def get_natural_cell_files(wildcards):
+    """As get_cell_files, with the study's prompt file instead of llama-benchy's corpus."""
+    cfg = GRID.configs[wildcards.config]
+    prompt_file = GRID.natural["prompt_file"]
+    return [
+        f"results/preflight/{cfg.engine.name}.json",
+        *cfg.files,
+        *([prompt_file] if prompt_file else []),
+    ]
+
+
+def get_natural_cell_context(wildcards):
+    """The config's natural-cell context file (prompts included)."""
+    return _context(wildcards.config, "natural")
 
 
 def get_cell_priority(wildcards):
-    """Cells of one config run back to back, so they share one warm engine, in the order
-    of the config file, shallow depths first."""
-    per_config = len(_DEPTH_RANK) + 1
+    """Cells of one config (llama-benchy and natural alike) run back to back, so they
+    share one warm engine: configs in the config file's order, then shallow depths first,
+    then the natural matrix."""
     config_rank = len(_CONFIG_RANK) - _CONFIG_RANK[wildcards.config]
-    return per_config * config_rank - _DEPTH_RANK[int(wildcards.depth)]
+    if "depth" in wildcards.keys():
+        within = _DEPTH_RANK[int(wildcards.depth)]
+    else:
+        within = (
+            len(_DEPTH_RANK)
+            + _NATURAL_RANK[(wildcards.prompt_class, int(wildcards.concurrency))]
+        )
+    return _PER_CONFIG * config_rank - within
 
 
 def get_cell_gpus(wildcards):

@@ -1,0 +1,321 @@
+"""The natural-prompt harness: streamed /v1/chat/completions at a fixed concurrency.
+
+One cell is one prompt class at one concurrency: a few serial warm-up requests (not
+counted), then ``requests`` measured requests with at most ``concurrency`` in flight. A
+request's clock starts when it is sent and every chunk is timestamped (``perf_counter_ns``)
+the moment it is read off the socket; a request that fails is recorded with its reason,
+never dropped. benchmarks/harness_fidelity.py measures how exact this is.
+
+llama.cpp's server closes the connection after each streamed response, so every request
+opens its own connection (``force_close``): a reused kept-alive connection would race it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from gridbench.errors import ConfigError
+from gridbench.harness import stats
+from gridbench.harness.sse import SSEParser, parse_chunk
+from gridbench.harness.stats import ERRORED, INCOMPLETE, OK, RequestTrace
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "gridbench.natural.v1"
+LOAD_GENERATOR = "gridbench-natural"
+WARMUP_MAX_TOKENS = 128  # as AEON's bench_natural.py: warm-up compiles and autotunes, no need for more
+_ERROR_BODY_CHARS = 300
+
+
+@dataclass(frozen=True)
+class NaturalSettings:
+    """The config's ``natural`` section (schema defaults filled in)."""
+
+    prompt_classes: tuple[str, ...]
+    prompt_file: str | None
+    concurrency: tuple[int, ...]
+    requests: int
+    max_tokens: int
+    temperature: float
+    warmup: int
+    cache_bust: bool
+    extra_body: dict[str, Any]
+    max_error_rate: float
+    request_timeout_s: float
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> NaturalSettings:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        known["prompt_classes"] = tuple(known["prompt_classes"])
+        known["concurrency"] = tuple(known["concurrency"])
+        return cls(**known)
+
+
+def load_prompts(prompt_file: str | Path | None) -> dict[str, str]:
+    """Prompt strings by class: the packaged seed prompts, or a study's own YAML/JSON file."""
+    if prompt_file is None:
+        text = resources.files("gridbench").joinpath("data/prompts.yaml").read_text()
+        source = "the packaged prompts"
+    else:
+        try:
+            text = Path(prompt_file).read_text()
+        except FileNotFoundError as err:
+            raise ConfigError(
+                f"natural.prompt_file {prompt_file} does not exist",
+                hint="point natural.prompt_file at a YAML or JSON file of class: prompt, or drop it",
+            ) from err
+        source = str(prompt_file)
+    try:
+        prompts = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source} is not valid YAML or JSON: {err}") from err
+    if not isinstance(prompts, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v for k, v in prompts.items()
+    ):
+        raise ConfigError(
+            f"{source} must map prompt class names to non-empty prompt strings",
+            hint='e.g. code: "Write a complete Python implementation of quicksort ..."',
+        )
+    return prompts
+
+
+def resolve_prompts(settings: NaturalSettings) -> dict[str, str]:
+    """The prompt of every class the study runs; an unknown class is a config error."""
+    prompts = load_prompts(settings.prompt_file)
+    unknown = [c for c in settings.prompt_classes if c not in prompts]
+    if unknown:
+        raise ConfigError(
+            f"natural.prompt_classes: unknown class {', '.join(unknown)}; "
+            f"allowed values: {', '.join(prompts)}",
+            hint="fix natural.prompt_classes or add the class to natural.prompt_file",
+        )
+    return {c: prompts[c] for c in settings.prompt_classes}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    base_url: str
+    model: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/v1/chat/completions"
+
+
+@dataclass(frozen=True)
+class LevelPlan:
+    """What one cell sends: the prompt, how many requests, how they are shaped."""
+
+    prompt: str
+    concurrency: int
+    requests: int
+    warmup: int
+    max_tokens: int
+    temperature: float
+    cache_bust: bool
+    extra_body: dict[str, Any]
+    request_timeout_s: float
+
+    def body(self, index: int, max_tokens: int | None = None) -> dict[str, Any]:
+        """Request ``index`` (warm-ups come first, so no measured request repeats one)."""
+        text = f"[bench-{index}] {self.prompt}" if self.cache_bust else self.prompt
+        return {
+            "messages": [{"role": "user", "content": text}],
+            "max_tokens": max_tokens or self.max_tokens,
+            "temperature": self.temperature,
+            **self.extra_body,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+
+    def settings_record(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "warmup": self.warmup,
+            "cache_bust": self.cache_bust,
+            "extra_body": self.extra_body,
+            "prompt": self.prompt,
+        }
+
+
+def level_plan(settings: NaturalSettings, prompt: str, concurrency: int, extra_body: Mapping[str, Any]):
+    return LevelPlan(
+        prompt=prompt,
+        concurrency=concurrency,
+        requests=settings.requests,
+        warmup=settings.warmup,
+        max_tokens=settings.max_tokens,
+        temperature=settings.temperature,
+        cache_bust=settings.cache_bust,
+        extra_body={**settings.extra_body, **extra_body},
+        request_timeout_s=settings.request_timeout_s,
+    )
+
+
+async def stream_request(
+    session: aiohttp.ClientSession, endpoint: Endpoint, index: int, body: dict[str, Any], timeout_s: float
+) -> RequestTrace:
+    """One streamed request, timed chunk by chunk; failures become a trace, never an exception."""
+    payload = {"model": endpoint.model, **body}
+    parser = SSEParser()
+    text_ns: list[int] = []
+    tokens = finish_reason = None
+    done = responded = False
+    sent = {"ns": None}  # set when the request goes out on its own, fresh connection
+    issued_ns = end_ns = time.perf_counter_ns()
+
+    def trace(status: str, error: str | None = None) -> RequestTrace:
+        return RequestTrace(
+            index=index,
+            status=status,
+            start_ns=sent["ns"] or issued_ns,
+            end_ns=end_ns,
+            text_chunk_ns=tuple(text_ns),
+            output_tokens=tokens,
+            finish_reason=finish_reason,
+            error=error,
+        )
+
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with session.post(
+                endpoint.url, json=payload, headers=endpoint.headers, trace_request_ctx=sent
+            ) as response:
+                if response.status != 200:
+                    detail = (await response.text(errors="replace"))[:_ERROR_BODY_CHARS]
+                    end_ns = time.perf_counter_ns()
+                    return trace(ERRORED, f"HTTP {response.status}: {detail.strip()}")
+                responded = True
+                async for data in response.content.iter_any():
+                    end_ns = time.perf_counter_ns()
+                    for event in parser.feed(data):
+                        chunk = parse_chunk(event)
+                        if chunk.error:
+                            return trace(ERRORED, f"error in stream: {chunk.error}")
+                        if chunk.done:
+                            done = True
+                        if chunk.has_text:
+                            text_ns.append(end_ns)
+                        finish_reason = chunk.finish_reason or finish_reason
+                        if chunk.completion_tokens is not None:
+                            tokens = chunk.completion_tokens
+                for event in parser.finish():
+                    chunk = parse_chunk(event)
+                    if chunk.error:
+                        return trace(ERRORED, f"error in stream: {chunk.error}")
+                    done = done or chunk.done
+    except TimeoutError:
+        end_ns = time.perf_counter_ns()
+        return trace(ERRORED, f"no complete response within {timeout_s:g} s (natural.request_timeout_s)")
+    except (aiohttp.ClientError, OSError) as err:
+        end_ns = time.perf_counter_ns()
+        status = INCOMPLETE if responded else ERRORED
+        what = "stream broke" if responded else "request failed"
+        return trace(status, f"{what}: {type(err).__name__}: {err}")
+    if not done:
+        return trace(INCOMPLETE, f"stream ended without [DONE] after {len(text_ns)} text chunks")
+    if tokens is None:
+        return trace(INCOMPLETE, "stream had no usage block (stream_options.include_usage ignored)")
+    return trace(OK)
+
+
+async def _on_request_sent(_session, context, _params) -> None:
+    context.trace_request_ctx["ns"] = time.perf_counter_ns()
+
+
+def _session() -> aiohttp.ClientSession:
+    """A fresh connection per request (see the module docstring), no pool limit (the
+    semaphore is the limit), and a request's clock starting when it is sent: opening its
+    connection is the harness's cost, not the server's."""
+    connector = aiohttp.TCPConnector(force_close=True, limit=0)
+    tracing = aiohttp.TraceConfig()
+    tracing.on_request_headers_sent.append(_on_request_sent)
+    return aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=None), trace_configs=[tracing]
+    )
+
+
+async def run_requests(
+    endpoint: Endpoint,
+    bodies: Sequence[tuple[int, dict[str, Any]]],
+    concurrency: int,
+    timeout_s: float,
+) -> list[RequestTrace]:
+    """Send ``bodies`` with at most ``concurrency`` in flight, in issue order (FIFO)."""
+    gate = asyncio.Semaphore(concurrency)
+    total = len(bodies)
+    finished = 0
+
+    async def one(index: int, body: dict[str, Any]) -> RequestTrace:
+        nonlocal finished
+        async with gate:
+            result = await stream_request(session, endpoint, index, body, timeout_s)
+        finished += 1
+        log.debug(f"request {finished}/{total} (#{index}): {result.status} {result.error or ''}")
+        return result
+
+    async with _session() as session:
+        return list(await asyncio.gather(*(one(i, b) for i, b in bodies)))
+
+
+def warm_up(endpoint: Endpoint, plan: LevelPlan) -> list[RequestTrace]:
+    """The serial warm-up requests; their outcome is reported, not counted."""
+    bodies = [(i, plan.body(i, min(WARMUP_MAX_TOKENS, plan.max_tokens))) for i in range(plan.warmup)]
+    return asyncio.run(run_requests(endpoint, bodies, 1, plan.request_timeout_s)) if bodies else []
+
+
+def measure_level(endpoint: Endpoint, plan: LevelPlan) -> list[RequestTrace]:
+    """The measured requests, numbered after the warm-ups."""
+    bodies = [(plan.warmup + i, plan.body(plan.warmup + i)) for i in range(plan.requests)]
+    return asyncio.run(run_requests(endpoint, bodies, plan.concurrency, plan.request_timeout_s))
+
+
+def result_document(
+    *,
+    config: str,
+    prompt_class: str,
+    plan: LevelPlan,
+    traces: Sequence[RequestTrace],
+    spec_decode: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The cell's raw result (schema gridbench.natural.v1): settings, every request, summary."""
+    level_start = min(t.start_ns for t in traces)
+    records = [stats.request_record(t, level_start) for t in sorted(traces, key=lambda t: t.index)]
+    for position, record in enumerate(records):
+        record["index"] = position  # position among the measured requests, in issue order
+    return {
+        "schema": SCHEMA,
+        "config": config,
+        "prompt_class": prompt_class,
+        "concurrency": plan.concurrency,
+        "settings": plan.settings_record(),
+        "requests": records,
+        "summary": stats.summarize(records),
+        "spec_decode": spec_decode,
+    }
+
+
+def warmup_record(traces: Sequence[RequestTrace]) -> list[dict[str, Any]]:
+    """The warm-ups' outcomes, for the provenance record."""
+    return [
+        {
+            "status": t.status,
+            "error": t.error,
+            "e2e_ms": round((t.end_ns - t.start_ns) / 1e6, 3),
+            "output_tokens": t.output_tokens,
+        }
+        for t in traces
+    ]

@@ -1,0 +1,17 @@
+rule natural_cell:
+    input:
+        get_natural_cell_files,
+    output:
+        raw="results/natural/{config}/{prompt_class}_c{concurrency}.json",
+        provenance="results/natural/{config}/{prompt_class}_c{concurrency}.provenance.json",
+    log:
+        "logs/cells/{config}/natural_{prompt_class}_c{concurrency}.log",
+    priority: get_cell_priority
+    resources:
+        gpu=get_cell_gpus,
+    params:
+        context=get_natural_cell_context,
+    shell:
+        "gridbench natural --context {params.context:q}"
+        " --prompt-class {wildcards.prompt_class:q} --concurrency {wildcards.concurrency}"
+        " --out {output.raw:q} --provenance {output.provenance:q} > {log:q} 2>&1"
