@@ -9,11 +9,16 @@ from pathlib import Path
 from typing import Any
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; a result file is as readable as any other
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
