@@ -4,6 +4,8 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
+from gridbench import layout
+from gridbench.aggregate.natural_plan import natural_plan
 from gridbench.cell import benchy_cell_spec
 from gridbench.engines.manager import detect_gpus
 from gridbench.files import atomic_write_text
@@ -17,6 +19,7 @@ CONFIG_SOURCE = " + ".join(
 validate_config(config, CONFIG_SOURCE)
 GRID = Grid.from_config(config, CONFIG_SOURCE)
 PLAN = benchy_plan(GRID)
+NATURAL_PLAN = natural_plan(GRID)
 GPU_SLOTS = list(GRID.gpu_slots or detect_gpus()) or ["cpu"]
 # The effective grid, content-addressed, for the rules that need all of it.
 _GRID_JSON = json.dumps(config, default=str)  # key order is the report order
@@ -34,15 +37,41 @@ wildcard_constraints:
 
 
 def get_final_outputs():
-    return [
+    outputs = [
         "dataset/dataset.csv",
         "dataset/dataset.json",
         "dataset/dataset.parquet",
+        "dataset/comparison.md",
+        *get_graphs(None),
     ]
+    if GRID.natural:
+        outputs += ["dataset/natural.csv", "dataset/natural.parquet"]
+    return outputs
 
 
 def get_raw_results(wildcards):
     return [cell["raw"] for cell in PLAN["cells"]]
+
+
+def get_natural_results(wildcards):
+    return [cell["raw"] for cell in NATURAL_PLAN["cells"]]
+
+
+def get_graphs(wildcards):
+    """Every graph of the study, in report order (natural ones with a natural matrix)."""
+    names = layout.DEPTH_GRAPHS + (layout.NATURAL_GRAPHS if GRID.natural else ())
+    return [layout.GRAPH.format(graph=name) for name in names]
+
+
+def get_report_inputs(wildcards):
+    inputs = {"dataset": "dataset/dataset.parquet", "graphs": get_graphs(wildcards)}
+    if GRID.natural:
+        inputs["natural"] = "dataset/natural.parquet"
+    return inputs
+
+
+def get_report_natural_option(wildcards):
+    return "--natural dataset/natural.parquet" if GRID.natural else ""
 
 
 def get_cell_files(wildcards):
