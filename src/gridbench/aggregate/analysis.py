@@ -78,6 +78,11 @@ def measure_at(cells: Mapping[tuple[str, int], Mapping[str, Any]], config: str, 
     return Measure.of(row[column], row.get(f"{column}_std"))
 
 
+def short_depth(depth: int) -> str:
+    """8192 -> 8k, for axis ticks and column headers."""
+    return f"{depth // 1024}k" if depth >= 1024 and depth % 1024 == 0 else str(depth)
+
+
 def pick_depths(available: Iterable[int], preferred: Sequence[int], count: int) -> list[int]:
     """The preferred depths that were measured; when fewer than two of them were, ``count``
     depths spread evenly over what was (a small grid still gets a useful table)."""

@@ -101,16 +101,12 @@ def config_styles(frame: pd.DataFrame) -> dict[str, Style]:
     return styles
 
 
-def short_depth(depth: int) -> str:
-    return f"{depth // 1024}k" if depth >= 1024 and depth % 1024 == 0 else str(depth)
-
-
 def _depth_axis(ax: Axes, depths: list[int]) -> None:
     positive = [d for d in depths if d > 0]
     if positive:
         ax.set_xscale("symlog", linthresh=min(positive), linscale=0.6)
     ax.set_xticks(depths)
-    ax.set_xticklabels([short_depth(d) for d in depths], fontsize=8)
+    ax.set_xticklabels([analysis.short_depth(d) for d in depths], fontsize=8)
     ax.minorticks_off()
     ax.set_xlabel("context depth (tokens)")
 
@@ -209,7 +205,7 @@ def grouped_bars(frame: pd.DataFrame, spec: DepthGraph) -> Figure:
             yerr=_bars_not_below_zero(errs_s, values_s, spec.log_y),
             capsize=2,
             color=cmap(j / max(1, len(depths) - 1) * 0.85),
-            label=short_depth(depth),
+            label=analysis.short_depth(depth),
         )
         ax.bar_label(bars, labels=[_short_number(v) for v in values], fontsize=6, padding=2)
     if spec.log_y:

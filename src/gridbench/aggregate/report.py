@@ -6,6 +6,7 @@ rerun changes only where the data did.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -15,7 +16,6 @@ import pandas as pd
 
 from gridbench.aggregate import analysis
 from gridbench.aggregate.analysis import LOSS, TIE, WIN, Measure
-from gridbench.aggregate.plots import short_depth
 from gridbench.grid import Grid
 
 GRAPH_TITLES = {
@@ -140,9 +140,9 @@ def partial_banner(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
     if natural is not None:
         parts.append(f"{_failed(natural)} of {len(natural)} natural-prompt cells")
     return (
-        f"> **Partial results.** {' and '.join(parts)} failed. They are listed under "
-        "[Failed and skipped cells](#failed-and-skipped-cells) and are missing from every "
-        "table, graph and statement below."
+        f"> **Partial results.** {' and '.join(parts)} failed. They are listed with their "
+        "reasons under [Failed and skipped cells](#failed-and-skipped-cells); no value, graph "
+        "or statement below comes from them."
     )
 
 
@@ -383,6 +383,10 @@ def _short_outputs(ok: pd.DataFrame) -> list[tuple[str, int, int]]:
 # --- method and environment -------------------------------------------------------------
 
 
+def _extra_body(body: Mapping[str, Any]) -> str:
+    return f", extra body `{json.dumps(body, sort_keys=True)}`" if body else ""
+
+
 def method(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
     study = grid.study
     b = grid.benchy
@@ -394,7 +398,8 @@ def method(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> s
         f"- Depth sweep: llama-benchy {', '.join(versions) or '(no cell measured)'}, "
         f"`--pp {b.pp} --tg {b.tg}{' --exact-tg' if b.exact_tg else ''} --runs {b.runs} "
         f"--concurrency {b.concurrency} --latency-mode {b.latency_mode}`, "
-        f"{'with' if b.warmup else 'without'} its warm-up request, at depths {depth_list(grid.depths)}. "
+        f"{'with' if b.warmup else 'without'} its warm-up request{_extra_body(b.extra_body)}, "
+        f"at depths {depth_list(grid.depths)}. "
         "A cell whose depth + pp + tg exceeds the config's max model length is skipped."
     )
     if grid.natural:
@@ -403,7 +408,8 @@ def method(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> s
             f"- Natural prompts: classes {', '.join(n['prompt_classes'])} at concurrency "
             f"{', '.join(map(str, sorted(n['concurrency'])))}, {n['requests']} measured requests per level, "
             f"max_tokens {n['max_tokens']}, temperature {n['temperature']}, {n['warmup']} serial warm-up "
-            f"requests per class{', cache-busting prefix per request' if n['cache_bust'] else ''}; "
+            f"requests per class{', cache-busting prefix per request' if n['cache_bust'] else ''}"
+            f"{_extra_body(n['extra_body'])}; "
             "percentiles are nearest-rank over the ok requests, and failed requests are counted, "
             "never dropped."
         )
@@ -556,8 +562,8 @@ def summary_table(dataset: pd.DataFrame) -> str:
     ttft = analysis.pick_depths(depths, analysis.SUMMARY_TTFT_DEPTHS, 2)
     if not decode and not ttft:
         return "No depth was measured."
-    header = ["config"] + [f"decode @{short_depth(d)} (tok/s)" for d in decode]
-    header += [f"TTFT @{short_depth(d)} (ms)" for d in ttft]
+    header = ["config"] + [f"decode @{analysis.short_depth(d)} (tok/s)" for d in decode]
+    header += [f"TTFT @{analysis.short_depth(d)} (ms)" for d in ttft]
     rows = []
     cells = analysis.cell_index(dataset)
     for config in analysis.config_order(dataset):
