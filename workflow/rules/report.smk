@@ -80,10 +80,8 @@ rule plot_natural_graphs:
         ),
     log:
         "logs/graphs/natural.log",
-    params:
-        grid=GRID_FILE,
     shell:
-        "gridbench plot natural --grid {params.grid:q} --dataset {input:q} --outdir graphs > {log:q} 2>&1"
+        "gridbench plot natural --dataset {input:q} --outdir graphs > {log:q} 2>&1"
 
 
 rule render_report:

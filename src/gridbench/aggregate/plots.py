@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from gridbench.aggregate import analysis
 from gridbench.files import atomic_write_bytes
@@ -105,8 +105,11 @@ def _depth_axis(ax: Axes, depths: list[int]) -> None:
     positive = [d for d in depths if d > 0]
     if positive:
         ax.set_xscale("symlog", linthresh=min(positive), linscale=0.6)
+        ax.set_xlim(-0.15 * min(positive), max(positive) * 1.15)  # no empty negative half
     ax.set_xticks(depths)
-    ax.set_xticklabels([analysis.short_depth(d) for d in depths], fontsize=8)
+    ax.set_xticklabels(
+        [analysis.short_depth(d) for d in depths], fontsize=8, rotation=45 if len(depths) > 8 else 0
+    )
     ax.minorticks_off()
     ax.set_xlabel("context depth (tokens)")
 
@@ -167,7 +170,7 @@ def line_vs_context(frame: pd.DataFrame, spec: DepthGraph) -> Figure:
             label=style.label,
         )
     if spec.log_y:
-        ax.set_yscale("log")
+        _log_axis(ax)
     _depth_axis(ax, sorted(int(d) for d in ok["context_tokens"].unique()))
     ax.set_ylabel(spec.ylabel)
     _legend(ax)
@@ -209,7 +212,7 @@ def grouped_bars(frame: pd.DataFrame, spec: DepthGraph) -> Figure:
         )
         ax.bar_label(bars, labels=[_short_number(v) for v in values], fontsize=6, padding=2)
     if spec.log_y:
-        ax.set_yscale("log")
+        _log_axis(ax)
     ax.set_xticks(range(len(configs)))
     ax.set_xticklabels(configs, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel(spec.ylabel)
@@ -219,6 +222,22 @@ def grouped_bars(frame: pd.DataFrame, spec: DepthGraph) -> Figure:
 
 def _short_number(value: float) -> str:
     return f"{value:.0f}" if abs(value) >= 10 else f"{value:.1f}"
+
+
+def _log_ratio_axis(ax: Axes, ratios: list[float]) -> None:
+    """Log scale (2x and 0.5x lie equally far from 1) with plain-number ticks, framing the
+    measured ratios and 1; error bars that reach further are cut at the frame."""
+    low, high = min(min(ratios) / 1.3, 0.9), max(max(ratios) * 1.3, 1.1)
+    _log_axis(ax, (1.0, 2.0, 5.0) if high / low > 20 else (1.0, 1.5, 2.0, 3.0, 5.0, 7.0))
+    ax.set_ylim(low, high)
+
+
+def _log_axis(ax: Axes, subs=(1.0, 2.0, 5.0)) -> None:
+    """Log y with plain-number ticks (200, 500, 1000) rather than powers of ten alone."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def speedup_vs_context(frame: pd.DataFrame, study: Mapping[str, Any]) -> Figure:
@@ -233,10 +252,11 @@ def speedup_vs_context(frame: pd.DataFrame, study: Mapping[str, Any]) -> Figure:
         style = styles[s.config]
         xs = [p.depth for p in s.points]
         depths.update(xs)
+        means = pd.Series([p.speedup.mean for p in s.points])
         ax.errorbar(
             xs,
-            [p.speedup.mean for p in s.points],
-            yerr=[p.speedup.std for p in s.points],
+            means,
+            yerr=_bars_not_below_zero(pd.Series([p.speedup.std for p in s.points]), means, log=True),
             color=style.color,
             marker=style.marker,
             linestyle=style.linestyle,
@@ -247,8 +267,9 @@ def speedup_vs_context(frame: pd.DataFrame, study: Mapping[str, Any]) -> Figure:
         if s.crossover:
             ax.axvspan(*s.crossover, color=style.color, alpha=0.08)
     ax.axhline(1.0, color="black", linewidth=1)
+    _log_ratio_axis(ax, [p.speedup.mean for s in series for p in s.points])
     _depth_axis(ax, sorted(depths))
-    ax.set_ylabel("decode speedup (×, config ÷ baseline)")
+    ax.set_ylabel("decode speedup (×, config ÷ baseline, log scale)")
     ax.text(
         0.01, 0.01, "shaded: where a config stops beating its baseline", transform=ax.transAxes, fontsize=7
     )
