@@ -7,11 +7,12 @@ CSV, strict JSON and Parquet.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import logging
-import math
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -298,34 +299,29 @@ def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return frame.drop(columns="_rank").reset_index(drop=True)
 
 
-def clean(value: Any) -> Any:
-    """A cell value as plain JSON: None for every missing value, never NaN."""
-    if value is None or value is pd.NA:
-        return None
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if hasattr(value, "item"):
-        return value.item()
-    return value
+def plain_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows as plain Python values, None for every missing one (never NaN)."""
+    return frame.astype(object).where(frame.notna(), None).to_dict("records")
 
 
 def to_json_document(frame: pd.DataFrame, versions: Mapping[str, str | None]) -> dict[str, Any]:
     """The seeds' {config: {meta, version, rows}} shape, with null for every missing value.
     ``partial`` says whether any of the config's cells failed."""
     row_columns = [c for c in COLUMNS if c not in CONFIG_META]
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for record in plain_records(frame):
+        groups.setdefault(record["config"], []).append(record)
     document: dict[str, Any] = {}
-    records = frame.to_dict("records")
-    for config in dict.fromkeys(frame["config"]):
-        group = [r for r in records if r["config"] == config]
+    for config, group in groups.items():
         rows = []
         for record in group:
-            row = {c: clean(record[c]) for c in row_columns}
+            row = {c: record[c] for c in row_columns}
             if row["acceptance_per_position"] is not None:
                 row["acceptance_per_position"] = json.loads(row["acceptance_per_position"])
             rows.append(row)
         statuses = [r["status"] for r in rows]
         document[config] = {
-            "meta": {c: clean(group[0][c]) for c in CONFIG_META},
+            "meta": {c: group[0][c] for c in CONFIG_META},
             "version": versions.get(config),
             "dataset_version": DATASET_VERSION,
             "partial": "failed" in statuses,
@@ -368,8 +364,26 @@ def unreadable(path: str, err: ResultFileError) -> dict[str, Any]:
     return {"reason": f"{path}: {err.message}; delete it and rerun the workflow to redo the cell"}
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: parsed JSON holds no cycles, and with thousands
+    of documents alive its passes cost as much as the parsing."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def read_benchy_cells(plan: Mapping[str, Any]):
     """The files of every planned cell: (results, failures, llama-benchy version per config)."""
+    with collector_paused():
+        return _read_benchy_cells(plan)
+
+
+def _read_benchy_cells(plan: Mapping[str, Any]):
     results, failures, versions = {}, {}, {}
     for cell in plan["cells"]:
         key = (cell["config"], cell["depth"])

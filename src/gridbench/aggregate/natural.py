@@ -138,6 +138,11 @@ def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def read_natural_cells(plan: Mapping[str, Any]):
+    with dataset.collector_paused():
+        return _read_natural_cells(plan)
+
+
+def _read_natural_cells(plan: Mapping[str, Any]):
     results, failures = {}, {}
     for cell in plan["cells"]:
         key = (cell["config"], cell["prompt_class"], cell["concurrency"])
