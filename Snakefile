@@ -11,12 +11,16 @@ if not workflow.config_settings.configfiles:
     configfile: "config/config.yaml"
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/assets.smk"
 include: "workflow/rules/preflight.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/natural.smk"
 include: "workflow/rules/dataset.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:

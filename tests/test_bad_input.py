@@ -52,8 +52,10 @@ CASES = {
         "key depths.1: -512 is less than the minimum of 0",
     ),
     "non-integer depth": (changed(set_in("depths", [0, 1.5])), "key depths.1: 1.5 is not of type 'integer'"),
-    "nothing to measure": (changed(lambda c: (c.update(depths=[]), c.pop("natural"))),
-                           "the study measures nothing: depths is empty and there is no natural section"),
+    "nothing to measure": (
+        changed(lambda c: (c.update(depths=[]), c.pop("natural"))),
+        "the study measures nothing: depths is empty and there is no natural section",
+    ),
     "duplicate depth": (changed(set_in("depths", [0, 0])), "key depths: [0, 0] has non-unique elements"),
     "empty grid": (changed(set_in("configs", {})), "key configs: {} should be non-empty"),
     "missing section": (changed(drop("checkpoints")), "'checkpoints' is a required property"),

@@ -172,8 +172,10 @@ def test_a_missing_image_stops_only_its_engines_cells(workdir, demo_config):
 
     ghost = {**demo_config["engines"]["llamacpp"], "runtime": "docker", "image": "local/not-built:never"}
     demo_config["engines"]["ghost"] = ghost
-    demo_config["configs"] = {"D_f16_n0": demo_config["configs"]["D_f16_n0"],
-                              "G_f16_n0": {"engine": "ghost", "checkpoint": "f16", "speculation": "none"}}
+    demo_config["configs"] = {
+        "D_f16_n0": demo_config["configs"]["D_f16_n0"],
+        "G_f16_n0": {"engine": "ghost", "checkpoint": "f16", "speculation": "none"},
+    }
     demo_config["depths"] = [0]
     write_config(workdir / "grid.yaml", demo_config)
     result = snakemake(workdir, "--configfile", "grid.yaml")

@@ -120,19 +120,122 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_natural(args: argparse.Namespace) -> int:
     from gridbench.cell import CellSpec, measure_natural, run_cell
 
-    spec = CellSpec.from_context(args.context, "natural", prompt_class=args.prompt_class,
-                                 concurrency=args.concurrency)
+    spec = CellSpec.from_context(
+        args.context, "natural", prompt_class=args.prompt_class, concurrency=args.concurrency
+    )
     return run_cell(spec, {"raw": args.out, "provenance": args.provenance}, measure_natural)
+
+
+def _grid_from_json(path: Path):
+    from gridbench.grid import Grid
+
+    try:
+        return Grid.from_config(json.loads(path.read_text()), str(path))
+    except FileNotFoundError as err:
+        raise GridbenchError(
+            f"grid file {path} does not exist", hint="the workflow writes it; run snakemake, not this by hand"
+        ) from err
 
 
 def cmd_dataset(args: argparse.Namespace) -> int:
     from gridbench.aggregate.dataset import build_from_plan
-    from gridbench.grid import Grid
     from gridbench.plan import benchy_plan
 
-    grid = Grid.from_config(json.loads(Path(args.grid).read_text()), str(args.grid))
-    frame = build_from_plan(benchy_plan(grid), csv=args.csv, json_path=args.json, parquet=args.parquet)
-    print(f"wrote {len(frame)} rows to {args.csv}, {args.json}, {args.parquet}")
+    frame = build_from_plan(
+        benchy_plan(_grid_from_json(args.grid)), csv=args.csv, json_path=args.json, parquet=args.parquet
+    )
+    _print_counts("depth", frame, [args.csv, args.json, args.parquet])
+    return 0
+
+
+def _print_counts(kind: str, frame, paths) -> None:
+    counts = frame["status"].value_counts()
+    summary = ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "failed", "skipped"))
+    print(f"wrote {len(frame)} {kind} rows ({summary}) to {', '.join(map(str, paths))}")
+    if counts.get("failed", 0):
+        print(f"PARTIAL: {counts['failed']} {kind} cells failed; their rows carry the reason")
+
+
+def cmd_natural_dataset(args: argparse.Namespace) -> int:
+    from gridbench.aggregate.natural import build_from_plan
+    from gridbench.plan import natural_plan
+
+    frame = build_from_plan(natural_plan(_grid_from_json(args.grid)), csv=args.csv, parquet=args.parquet)
+    _print_counts("natural-prompt", frame, [args.csv, args.parquet])
+    return 0
+
+
+def _read_frame(path: Path):
+    import pandas as pd
+
+    try:
+        return pd.read_parquet(path)
+    except FileNotFoundError as err:
+        raise GridbenchError(
+            f"{path} does not exist", hint="build it first (gridbench dataset / natural-dataset)"
+        ) from err
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from gridbench.aggregate import plots
+
+    if args.matrix == "depth":
+        if args.grid is None:
+            raise GridbenchError("gridbench plot depth: --grid is required (it names the baselines)")
+        figures = plots.depth_figures(_read_frame(args.dataset), _grid_from_json(args.grid).study)
+    else:
+        figures = plots.natural_figures(_read_frame(args.dataset))
+    for path in plots.save(figures, args.outdir):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import os
+
+    from gridbench.aggregate.report import is_partial, render_report
+    from gridbench.files import atomic_write_text
+
+    grid = _grid_from_json(args.grid)
+    dataset = _read_frame(args.dataset)
+    natural = _read_frame(args.natural) if args.natural else None
+    links = [Path(os.path.relpath(g, args.out.parent)).as_posix() for g in args.graphs]
+    atomic_write_text(args.out, render_report(grid, dataset, natural, links))
+    print(f"wrote {args.out}{' (PARTIAL: some cells failed)' if is_partial(dataset, natural) else ''}")
+    return 0
+
+
+def cmd_finalize(args: argparse.Namespace) -> int:
+    """Dataset, graphs and report from whatever cells exist (the workflow's end, also on error)."""
+    import os
+
+    from gridbench import layout
+    from gridbench.aggregate import dataset, natural, plots
+    from gridbench.aggregate.report import is_partial, render_report
+    from gridbench.files import atomic_write_text
+    from gridbench.plan import benchy_plan, natural_plan
+
+    grid = _grid_from_json(args.grid)
+    depth_frame = dataset.build_from_plan(
+        benchy_plan(grid),
+        csv=Path(layout.DATASET_CSV),
+        json_path=Path(layout.DATASET_JSON),
+        parquet=Path(layout.DATASET_PARQUET),
+    )
+    figures = plots.depth_figures(depth_frame, grid.study)
+    natural_frame = None
+    if grid.natural:
+        natural_frame = natural.build_from_plan(
+            natural_plan(grid), csv=Path(layout.NATURAL_CSV), parquet=Path(layout.NATURAL_PARQUET)
+        )
+        figures.update(plots.natural_figures(natural_frame))
+    graphs = plots.save(figures, Path(layout.GRAPH).parent)
+    report = Path(layout.REPORT)
+    links = [Path(os.path.relpath(g, report.parent)).as_posix() for g in graphs]
+    atomic_write_text(report, render_report(grid, depth_frame, natural_frame, links))
+    partial = is_partial(depth_frame, natural_frame)
+    marker = " (PARTIAL: some cells failed)" if partial else ""
+    print(f"wrote the dataset, {len(graphs)} graphs and {report}{marker}")
     return 0
 
 
@@ -201,14 +304,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--provenance", required=True, type=Path)
     p.set_defaults(func=cmd_natural)
 
-    p = sub.add_parser("dataset", help="aggregate raw results into the dataset")
-    p.add_argument(
-        "--grid", required=True, type=Path, help="the validated grid config as JSON (written by the workflow)"
-    )
+    grid_help = "the validated grid config as JSON (written by the workflow)"
+    p = sub.add_parser("dataset", help="aggregate the depth cells' raw results into the dataset")
+    p.add_argument("--grid", required=True, type=Path, help=grid_help)
     p.add_argument("--csv", required=True, type=Path)
     p.add_argument("--json", required=True, type=Path)
     p.add_argument("--parquet", required=True, type=Path)
     p.set_defaults(func=cmd_dataset)
+
+    p = sub.add_parser("natural-dataset", help="aggregate the natural-prompt cells into dataset/natural.*")
+    p.add_argument("--grid", required=True, type=Path, help=grid_help)
+    p.add_argument("--csv", required=True, type=Path)
+    p.add_argument("--parquet", required=True, type=Path)
+    p.set_defaults(func=cmd_natural_dataset)
+
+    p = sub.add_parser("plot", help="draw the graphs of one matrix from its dataset (PNG)")
+    p.add_argument(
+        "matrix", choices=["depth", "natural"], help="depth: dataset.parquet; natural: natural.parquet"
+    )
+    p.add_argument("--dataset", required=True, type=Path, help="the matrix's Parquet dataset")
+    p.add_argument("--grid", type=Path, help=f"{grid_help}; depth graphs need it for the baselines")
+    p.add_argument("--outdir", required=True, type=Path)
+    p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("report", help="render comparison.md from the datasets and graphs")
+    p.add_argument("--grid", required=True, type=Path, help=grid_help)
+    p.add_argument("--dataset", required=True, type=Path, help="dataset/dataset.parquet")
+    p.add_argument("--natural", type=Path, help="dataset/natural.parquet, when the study has one")
+    p.add_argument("--graphs", nargs="*", default=[], type=Path, help="PNG files to embed, in order")
+    p.add_argument("--out", required=True, type=Path)
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser(
+        "finalize",
+        help="dataset, graphs and report at their usual paths from whatever cells exist (marked partial)",
+    )
+    p.add_argument("--grid", required=True, type=Path, help=grid_help)
+    p.set_defaults(func=cmd_finalize)
 
     assets = sub.add_parser("assets", help="generate offline assets (corpus, models, tokenizer)")
     asub = assets.add_subparsers(dest="assets_command", required=True)

@@ -8,7 +8,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 

@@ -17,3 +17,23 @@ NATURAL_LOG = "logs/cells/{config}/natural_{prompt_class}_c{concurrency}.log"
 DATASET_CSV = "dataset/dataset.csv"
 DATASET_JSON = "dataset/dataset.json"
 DATASET_PARQUET = "dataset/dataset.parquet"
+NATURAL_PROVENANCE = "results/natural/{config}/{prompt_class}_c{concurrency}.provenance.json"
+NATURAL_CSV = "dataset/natural.csv"
+NATURAL_PARQUET = "dataset/natural.parquet"
+GRAPH = "graphs/{graph}.png"
+REPORT = "dataset/comparison.md"
+# graph names, in report order (gridbench.aggregate.plots draws them)
+DEPTH_GRAPHS = (
+    "decode_vs_context",
+    "ttft_vs_context",
+    "prefill_vs_context",
+    "decode_grouped",
+    "ttft_grouped",
+    "speedup_vs_context",
+    "acceptance_per_position",
+)
+NATURAL_GRAPHS = (
+    "natural_tok_s_vs_concurrency",
+    "natural_ttft_vs_concurrency",
+    "natural_tpot_vs_concurrency",
+)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
+from gridbench import layout
 from gridbench.cell import write_context
 from gridbench.engines.manager import detect_gpus
 from gridbench.errors import GridbenchError
@@ -61,19 +62,44 @@ wildcard_constraints:
 
 
 def get_final_outputs():
-    """The llama-benchy dataset when the study sweeps depths, and every natural cell."""
-    outputs = []
-    if GRID.depths:
-        outputs += [
-            "dataset/dataset.csv",
-            "dataset/dataset.json",
-            "dataset/dataset.parquet",
-        ]
-    return outputs + [cell["raw"] for cell in NATURAL_PLAN["cells"]]
+    """The datasets, graphs and report (the depth dataset is empty in a study without a
+    llama-benchy sweep; the natural dataset exists when the study has a natural matrix).
+    """
+    outputs = [
+        "dataset/dataset.csv",
+        "dataset/dataset.json",
+        "dataset/dataset.parquet",
+        "dataset/comparison.md",
+        *get_graphs(None),
+    ]
+    if GRID.natural:
+        outputs += ["dataset/natural.csv", "dataset/natural.parquet"]
+    return outputs
 
 
 def get_raw_results(wildcards):
     return [cell["raw"] for cell in PLAN["cells"]]
+
+
+def get_natural_results(wildcards):
+    return [cell["raw"] for cell in NATURAL_PLAN["cells"]]
+
+
+def get_graphs(wildcards):
+    """Every graph of the study, in report order (natural ones with a natural matrix)."""
+    names = layout.DEPTH_GRAPHS + (layout.NATURAL_GRAPHS if GRID.natural else ())
+    return [layout.GRAPH.format(graph=name) for name in names]
+
+
+def get_report_inputs(wildcards):
+    inputs = {"dataset": "dataset/dataset.parquet", "graphs": get_graphs(wildcards)}
+    if GRID.natural:
+        inputs["natural"] = "dataset/natural.parquet"
+    return inputs
+
+
+def get_report_natural_option(wildcards):
+    return "--natural dataset/natural.parquet" if GRID.natural else ""
 
 
 def get_cell_files(wildcards):

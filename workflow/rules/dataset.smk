@@ -2,7 +2,11 @@ rule build_dataset:
     input:
         get_raw_results,
     output:
-        csv="dataset/dataset.csv",
+        csv=report(
+            "dataset/dataset.csv",
+            caption="../report/dataset.rst",
+            category="Dataset",
+        ),
         json="dataset/dataset.json",
         parquet="dataset/dataset.parquet",
     log:
@@ -13,3 +17,22 @@ rule build_dataset:
         "gridbench dataset --grid {params.grid:q}"
         " --csv {output.csv:q} --json {output.json:q} --parquet {output.parquet:q}"
         " > {log:q} 2>&1"
+
+
+rule build_natural_dataset:
+    input:
+        get_natural_results,
+    output:
+        csv=report(
+            "dataset/natural.csv",
+            caption="../report/natural_dataset.rst",
+            category="Dataset",
+        ),
+        parquet="dataset/natural.parquet",
+    log:
+        "logs/dataset/build_natural_dataset.log",
+    params:
+        grid=GRID_FILE,
+    shell:
+        "gridbench natural-dataset --grid {params.grid:q}"
+        " --csv {output.csv:q} --parquet {output.parquet:q} > {log:q} 2>&1"

@@ -1,21 +1,27 @@
-"""The dataset: one row per (config, depth) cell of the grid, measured or not.
+"""The dataset: one row per (config, depth) cell of the grid, measured, failed or skipped.
 
-``rows_from_results`` is pure (records in, rows out); ``build_from_plan`` reads the raw
-files the plan names and writes CSV, strict JSON and Parquet.
+``rows_from_results`` is pure (records in, rows out); ``build_from_plan`` reads the files
+the plan names (any of them may be missing: that cell becomes a failed row) and writes
+CSV, strict JSON and Parquet.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
-import math
-from collections.abc import Mapping
+import logging
+import shlex
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from gridbench.errors import ResultFileError
-from gridbench.files import atomic_write_bytes, atomic_write_json
+from gridbench.files import atomic_write_bytes, atomic_write_text
+
+log = logging.getLogger(__name__)
 
 # llama-benchy metric -> dataset column (the seeds' names; tps = tokens per second)
 METRICS = {
@@ -23,39 +29,84 @@ METRICS = {
     "tg_throughput": "decode_tps",
     "peak_throughput": "peak_tps",
     "e2e_ttft": "ttft_ms",
+    "ttfr": "ttfr_ms",
+    "est_ppt": "est_ppt_ms",
 }
-IDENTITY = [
+CONFIG_META = [
     "config",
+    "config_label",
     "engine",
     "engine_label",
+    "engine_kind",
+    "engine_runtime",
     "checkpoint",
     "quantization",
+    "active_weight_gb",
     "speculation",
     "speculation_label",
+    "speculation_method",
     "num_speculative_tokens",
-    "status",
-    "reason",
 ]
-MEASURES = ["context_tokens", "prompt_tokens", "gen_tokens"] + [
+STATUS = ["status", "reason"]
+MEASURES = ["context_tokens", "prompt_tokens", "gen_tokens", "concurrency", "runs"] + [
     col for name in METRICS.values() for col in (name, f"{name}_std")
+]
+ACCEPTANCE = [
+    "acceptance_rate",
+    "mean_acceptance_length",
+    "acceptance_per_position",
+    "spec_drafts",
+    "spec_draft_tokens",
+    "spec_accepted_tokens",
 ]
 PROVENANCE = [
     "image",
+    "image_id",
     "image_digest",
     "engine_version",
     "engine_startup_s",
+    "engine_reused",
+    "serve_command",
     "gpu",
+    "gpu_count",
     "driver",
+    "hostname",
     "gridbench_version",
-    "llama_benchy_version",
+    "load_generator",
+    "load_generator_version",
     "fingerprint",
     "prefix_cache_reset",
-    "raw_path",
-    "log_path",
+    "started_at",
+    "finished_at",
+    "bench_wall_s",
 ]
-ACCEPTANCE = ["acceptance_rate", "mean_acceptance_length", "acceptance_per_position"]
-COLUMNS = IDENTITY + MEASURES + ACCEPTANCE + PROVENANCE
-DATASET_VERSION = 1
+FAILURE = ["error_type", "exit_code", "failed_at"]
+FILES = ["raw_path", "provenance_path", "failure_path", "log_path"]
+COLUMNS = CONFIG_META + STATUS + MEASURES + ACCEPTANCE + PROVENANCE + FAILURE + FILES
+INTEGER_COLUMNS = [
+    "num_speculative_tokens",
+    "context_tokens",
+    "prompt_tokens",
+    "gen_tokens",
+    "concurrency",
+    "runs",
+    "gpu_count",
+    "exit_code",
+]
+FLOAT_COLUMNS = [
+    "active_weight_gb",
+    *[c for c in MEASURES if c.endswith(("_tps", "_ms", "_std"))],
+    "acceptance_rate",
+    "mean_acceptance_length",
+    "spec_drafts",
+    "spec_draft_tokens",
+    "spec_accepted_tokens",
+    "engine_startup_s",
+    "bench_wall_s",
+]
+BOOLEAN_COLUMNS = ["engine_reused", "prefix_cache_reset"]
+DATASET_VERSION = 2
+NOT_RUN = "no result: the cell did not run (or its result files were removed)"
 
 
 def config_meta(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -63,147 +114,242 @@ def config_meta(config: Mapping[str, Any]) -> dict[str, Any]:
     spec = config["speculation"]
     return {
         "config": config["name"],
+        "config_label": config["label"],
         "engine": config["engine"]["name"],
         "engine_label": config["engine"]["label"],
+        "engine_kind": config["engine"]["kind"],
+        "engine_runtime": config["engine"]["runtime"],
         "checkpoint": config["checkpoint"]["name"],
         "quantization": config["checkpoint"]["quantization"],
+        "active_weight_gb": config["checkpoint"].get("active_weight_gb"),
         "speculation": spec["name"],
         "speculation_label": spec["label"],
+        "speculation_method": spec["method"],
         "num_speculative_tokens": spec["num_speculative_tokens"] if spec["method"] != "none" else None,
     }
 
 
-def _metric(entry: Mapping[str, Any], name: str) -> tuple[float | None, float | None]:
+def provenance_columns(prov: Mapping[str, Any]) -> dict[str, Any]:
+    """Provenance and acceptance columns of one measured cell (benchy and natural alike)."""
+    engine = prov.get("engine") or {}
+    host = prov.get("host") or {}
+    versions = prov.get("versions") or {}
+    bench = prov.get("bench") or {}
+    argv = engine.get("serve_argv")
+    row = {
+        "image": engine.get("image"),
+        "image_id": engine.get("image_id"),
+        "image_digest": engine.get("image_digest"),
+        "engine_version": engine.get("version"),
+        "engine_startup_s": engine.get("startup_s"),
+        "engine_reused": engine.get("reused"),
+        "serve_command": engine.get("serve_command") or (shlex.join(argv) if argv else None),
+        "gpu": host.get("gpu"),
+        "gpu_count": host.get("gpu_count"),
+        "driver": host.get("driver"),
+        "hostname": host.get("hostname"),
+        "gridbench_version": versions.get("gridbench"),
+        "load_generator": versions.get("load_generator"),
+        "load_generator_version": versions.get("load_generator_version"),
+        "fingerprint": prov.get("fingerprint"),
+        "prefix_cache_reset": prov.get("prefix_cache_reset"),
+        "started_at": prov.get("started_at"),
+        "finished_at": prov.get("finished_at"),
+        "bench_wall_s": bench.get("wall_s"),
+    }
+    return {**row, **acceptance_columns(prov.get("spec_decode"))}
+
+
+def acceptance_columns(spec: Mapping[str, Any] | None) -> dict[str, Any]:
+    spec = spec or {}
+    per_pos = spec.get("acceptance_per_position")
+    return {
+        "acceptance_rate": spec.get("acceptance_rate"),
+        "mean_acceptance_length": spec.get("mean_acceptance_length"),
+        "acceptance_per_position": json.dumps(per_pos) if per_pos is not None else None,
+        "spec_drafts": spec.get("delta_drafts"),
+        "spec_draft_tokens": spec.get("delta_draft_tokens"),
+        "spec_accepted_tokens": spec.get("delta_accepted_tokens"),
+    }
+
+
+def failure_columns(failure: Mapping[str, Any] | None, default_reason: str) -> dict[str, Any]:
+    failure = failure or {}
+    return {
+        "reason": failure.get("reason") or default_reason,
+        "error_type": failure.get("error_type"),
+        "exit_code": failure.get("exit_code"),
+        "failed_at": failure.get("failed_at"),
+    }
+
+
+def _metric(entry: Mapping[str, Any], name: str) -> tuple[float | None, float | None, int | None]:
     value = entry.get(name)
     if not isinstance(value, Mapping):
-        return None, None
-    return value.get("mean"), value.get("std")
+        return None, None, None
+    values = value.get("values")
+    return value.get("mean"), value.get("std"), len(values) if isinstance(values, list) else None
 
 
-def measured_row(raw: Mapping[str, Any], prov: Mapping[str, Any], depth: int) -> dict[str, Any]:
-    """Measure and provenance columns of one successful cell."""
+def benchy_entry(raw: Mapping[str, Any], depth: int) -> Mapping[str, Any]:
+    """llama-benchy's measured entry for ``depth`` (not the prefix-cache context phase)."""
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("benchmarks"), list):
+        raise ResultFileError("not a llama-benchy result (no 'benchmarks' list)")
     entries = [
         b
-        for b in raw.get("benchmarks", [])
+        for b in raw["benchmarks"]
         if b.get("context_size") == depth and not b.get("is_context_prefill_phase")
     ]
     if len(entries) != 1:
-        raise ResultFileError(f"no llama-benchy result for depth {depth}")
-    entry = entries[0]
+        raise ResultFileError(f"{len(entries)} llama-benchy results for depth {depth}, expected 1")
+    return entries[0]
+
+
+def measured_row(raw: Mapping[str, Any], prov: Mapping[str, Any], depth: int) -> dict[str, Any]:
+    """Measure, acceptance and provenance columns of one successful cell."""
+    entry = benchy_entry(raw, depth)
     row: dict[str, Any] = {
         "context_tokens": depth,
         "prompt_tokens": entry.get("prompt_size"),
         "gen_tokens": entry.get("response_size"),
+        "concurrency": entry.get("concurrency"),
     }
     for metric, column in METRICS.items():
-        row[column], row[f"{column}_std"] = _metric(entry, metric)
-    engine = prov.get("engine", {})
-    host = prov.get("host", {})
-    versions = prov.get("versions", {})
-    row.update(
-        {
-            "image": engine.get("image"),
-            "image_digest": engine.get("image_digest"),
-            "engine_version": engine.get("version"),
-            "engine_startup_s": engine.get("startup_s"),
-            "gpu": host.get("gpu"),
-            "driver": host.get("driver"),
-            "gridbench_version": versions.get("gridbench"),
-            "llama_benchy_version": versions.get("load_generator_version"),
-            "fingerprint": prov.get("fingerprint"),
-            "prefix_cache_reset": prov.get("prefix_cache_reset"),
-        }
-    )
-    spec = prov.get("spec_decode") or {}
-    row["acceptance_rate"] = spec.get("acceptance_rate")
-    row["mean_acceptance_length"] = spec.get("mean_acceptance_length")
-    per_pos = spec.get("acceptance_per_position")
-    row["acceptance_per_position"] = json.dumps(per_pos) if per_pos is not None else None
-    return row
+        row[column], row[f"{column}_std"], runs = _metric(entry, metric)
+        if metric == "tg_throughput":
+            row["runs"] = runs
+    return {**row, **provenance_columns(prov)}
 
 
 def rows_from_results(
     plan: Mapping[str, Any],
-    results: Mapping[tuple[str, int], Any],
+    results: Mapping[tuple[str, int], tuple[Mapping[str, Any], Mapping[str, Any]]],
     failures: Mapping[tuple[str, int], Mapping[str, Any]],
 ) -> list[dict[str, Any]]:
     """Rows in plan order. ``results`` maps (config, depth) to (raw, provenance) for cells
-    that succeeded; ``failures`` to their failure record for cells that failed."""
+    that succeeded; ``failures`` to their failure record (or a synthesized one) otherwise."""
     rows = []
     for cell in plan["cells"]:
         key = (cell["config"], cell["depth"])
-        meta = config_meta(plan["configs"][cell["config"]])
-        base = {**meta, "context_tokens": cell["depth"], "log_path": cell.get("log")}
+        base = {
+            **config_meta(plan["configs"][cell["config"]]),
+            "context_tokens": cell["depth"],
+            "log_path": cell.get("log"),
+        }
         if key in results:
             raw, prov = results[key]
-            rows.append(
-                {
-                    **base,
-                    "status": "ok",
-                    "reason": None,
-                    "raw_path": cell.get("raw"),
-                    **measured_row(raw, prov, cell["depth"]),
-                }
-            )
+            row = {
+                **base,
+                "status": "ok",
+                "reason": None,
+                "raw_path": cell.get("raw"),
+                "provenance_path": cell.get("provenance"),
+                **measured_row(raw, prov, cell["depth"]),
+            }
         else:
-            failure = failures.get(key, {})
-            rows.append(
-                {
-                    **base,
-                    "status": "failed",
-                    "reason": failure.get("reason", "no result (the cell did not run)"),
-                }
-            )
+            failure = failures.get(key)
+            row = {
+                **base,
+                "status": "failed",
+                "failure_path": cell.get("failure") if failure and failure.get("cell") else None,
+                **failure_columns(failure, NOT_RUN),
+            }
+        rows.append(row)
     for cell in plan.get("skipped", []):
-        meta = config_meta(plan["configs"][cell["config"]])
-        rows.append({**meta, "context_tokens": cell["depth"], "status": "skipped", "reason": cell["reason"]})
+        rows.append(
+            {
+                **config_meta(plan["configs"][cell["config"]]),
+                "context_tokens": cell["depth"],
+                "status": "skipped",
+                "reason": cell["reason"],
+            }
+        )
     return rows
 
 
-def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    frame = pd.DataFrame.from_records(rows, columns=COLUMNS)
-    order = {name: i for i, name in enumerate(dict.fromkeys(frame["config"]))}
-    frame = frame.sort_values(
-        ["config", "context_tokens"], key=lambda s: s.map(order) if s.name == "config" else s, kind="stable"
-    ).reset_index(drop=True)
-    for column in ["context_tokens", "prompt_tokens", "gen_tokens", "num_speculative_tokens"]:
-        frame[column] = frame[column].astype("Int64")
-    floats = [c for c in MEASURES if c.endswith(("_tps", "_ms", "_std"))]
-    floats += ["acceptance_rate", "mean_acceptance_length", "engine_startup_s"]
-    frame[floats] = frame[floats].astype("Float64")
-    frame["prefix_cache_reset"] = frame["prefix_cache_reset"].astype("boolean")
+def typed_frame(
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[str],
+    *,
+    integers: Sequence[str],
+    floats: Sequence[str],
+    booleans: Sequence[str] = BOOLEAN_COLUMNS,
+) -> pd.DataFrame:
+    """Rows as a frame with nullable dtypes (ints stay ints with missing values); every
+    other column is a string."""
+    frame = pd.DataFrame.from_records(list(rows), columns=list(columns))
+    for column in frame.columns:
+        if column in integers:
+            frame[column] = frame[column].astype("Int64")
+        elif column in floats:
+            frame[column] = pd.to_numeric(frame[column]).astype("Float64")
+        elif column in booleans:
+            frame[column] = frame[column].astype("boolean")
+        else:
+            frame[column] = frame[column].astype("string")
     return frame
 
 
-def _clean(value: Any) -> Any:
-    if value is None or value is pd.NA:
-        return None
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if hasattr(value, "item"):
-        return value.item()
-    return value
+def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Typed frame in report order: configs as declared, depths ascending (skipped in place)."""
+    frame = typed_frame(rows, COLUMNS, integers=INTEGER_COLUMNS, floats=FLOAT_COLUMNS)
+    order = {name: i for i, name in enumerate(dict.fromkeys(frame["config"]))}
+    rank = frame["config"].map(order)
+    frame = frame.assign(_rank=rank).sort_values(["_rank", "context_tokens"], kind="stable")
+    return frame.drop(columns="_rank").reset_index(drop=True)
+
+
+def plain_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows as plain Python values, None for every missing one (never NaN)."""
+    return frame.astype(object).where(frame.notna(), None).to_dict("records")
 
 
 def to_json_document(frame: pd.DataFrame, versions: Mapping[str, str | None]) -> dict[str, Any]:
-    """The seeds' {config: {meta, version, rows}} shape, with null for every missing value."""
-    meta_columns = [c for c in IDENTITY if c not in ("status", "reason")]
+    """The seeds' {config: {meta, version, rows}} shape, with null for every missing value.
+    ``partial`` says whether any of the config's cells failed."""
+    row_columns = [c for c in COLUMNS if c not in CONFIG_META]
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for record in plain_records(frame):
+        groups.setdefault(record["config"], []).append(record)
     document: dict[str, Any] = {}
-    for config, group in frame.groupby("config", sort=False):
-        first = group.iloc[0]
-        rows = [{c: _clean(row[c]) for c in COLUMNS if c not in meta_columns} for _, row in group.iterrows()]
+    for config, group in groups.items():
+        rows = []
+        for record in group:
+            row = {c: record[c] for c in row_columns}
+            if row["acceptance_per_position"] is not None:
+                row["acceptance_per_position"] = json.loads(row["acceptance_per_position"])
+            rows.append(row)
+        statuses = [r["status"] for r in rows]
         document[config] = {
-            "meta": {c: _clean(first[c]) for c in meta_columns},
+            "meta": {c: group[0][c] for c in CONFIG_META},
             "version": versions.get(config),
             "dataset_version": DATASET_VERSION,
+            "partial": "failed" in statuses,
+            "cells": {s: statuses.count(s) for s in ("ok", "failed", "skipped")},
             "rows": rows,
         }
     return document
 
 
-def _load_json(path: Path) -> Any:
+def document_text(document: Mapping[str, Any]) -> str:
+    """The JSON document with one row per line: readable, and written by the C encoder
+    (json's indent= falls back to the pure-Python one, several times slower)."""
+
+    def dump(value: Any) -> str:
+        return json.dumps(value, allow_nan=False)
+
+    entries = []
+    for config, entry in document.items():
+        head = [f"    {dump(key)}: {dump(value)}," for key, value in entry.items() if key != "rows"]
+        rows = ",\n".join(f"      {dump(row)}" for row in entry["rows"])
+        entries.append(f"  {dump(config)}: {{\n" + "\n".join(head) + f'\n    "rows": [\n{rows}\n    ]\n  }}')
+    return "{\n" + ",\n".join(entries) + "\n}\n"
+
+
+def load_json(path: Path) -> Any:
+    """A JSON file, or None when it does not exist."""
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_bytes())
     except FileNotFoundError:
         return None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -212,35 +358,66 @@ def _load_json(path: Path) -> Any:
         ) from err
 
 
-def build_from_plan(plan: Mapping[str, Any], *, csv: Path, json_path: Path, parquet: Path) -> pd.DataFrame:
+def unreadable(path: str, err: ResultFileError) -> dict[str, Any]:
+    """A failure record for a result file that exists but cannot be used."""
+    log.warning(f"{path}: {err.message}; the cell counts as failed")
+    return {"reason": f"{path}: {err.message}; delete it and rerun the workflow to redo the cell"}
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: parsed JSON holds no cycles, and with thousands
+    of documents alive its passes cost as much as the parsing."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def read_benchy_cells(plan: Mapping[str, Any]):
+    """The files of every planned cell: (results, failures, llama-benchy version per config)."""
+    with collector_paused():
+        return _read_benchy_cells(plan)
+
+
+def _read_benchy_cells(plan: Mapping[str, Any]):
     results, failures, versions = {}, {}, {}
     for cell in plan["cells"]:
         key = (cell["config"], cell["depth"])
-        raw = _load_json(Path(cell["raw"]))
-        prov = _load_json(Path(cell["provenance"]))
-        if raw is not None and prov is not None:
-            if not isinstance(raw, dict) or "benchmarks" not in raw:
-                raise ResultFileError(
-                    f"{cell['raw']}: not a llama-benchy result (no 'benchmarks')",
-                    hint=f"delete {cell['raw']} and rerun",
-                )
-            try:
-                measured_row(raw, prov, cell["depth"])
-            except ResultFileError as err:
-                raise ResultFileError(
-                    f"{cell['raw']}: {err.message}", hint=f"delete {cell['raw']} and rerun"
-                ) from err
-            results[key] = (raw, prov)
-            versions.setdefault(cell["config"], raw.get("version"))
-        else:
-            failure = _load_json(Path(cell["failure"])) if cell.get("failure") else None
-            if failure:
-                failures[key] = failure
-    frame = to_frame(rows_from_results(plan, results, failures))
-    csv.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            raw = load_json(Path(cell["raw"]))
+            prov = load_json(Path(cell["provenance"]))
+            if raw is not None and prov is not None:
+                benchy_entry(raw, cell["depth"])  # a foreign file must not pass as a result
+                results[key] = (raw, prov)
+                versions.setdefault(cell["config"], raw.get("version"))
+                continue
+        except ResultFileError as err:
+            failures[key] = unreadable(cell["raw"], err)
+            continue
+        failure = load_json(Path(cell["failure"])) if cell.get("failure") else None
+        if failure:
+            failures[key] = failure
+        elif raw is not None:
+            failures[key] = {
+                "reason": f"{cell['provenance']} is missing; rerun the workflow to redo the cell"
+            }
+    return results, failures, versions
+
+
+def write_frame(frame: pd.DataFrame, *, csv: Path, parquet: Path) -> None:
     atomic_write_bytes(csv, frame.to_csv(index=False).encode())
-    atomic_write_json(json_path, to_json_document(frame, versions))
     tmp = parquet.with_name(f".{parquet.name}.tmp")
     frame.to_parquet(tmp, index=False)
     tmp.replace(parquet)
+
+
+def build_from_plan(plan: Mapping[str, Any], *, csv: Path, json_path: Path, parquet: Path) -> pd.DataFrame:
+    results, failures, versions = read_benchy_cells(plan)
+    frame = to_frame(rows_from_results(plan, results, failures))
+    write_frame(frame, csv=csv, parquet=parquet)
+    atomic_write_text(json_path, document_text(to_json_document(frame, versions)))
     return frame

@@ -1,0 +1,340 @@
+"""What the dataset says: differences with their spread, speedups over baselines, the
+crossover depth, the roofline and the capacity under latency targets.
+
+Pure functions over the dataset frames; the graphs and the report both use them.
+
+The tie rule: two means a ± sa and b ± sb differ only when |a − b| > sqrt(sa² + sb²),
+the combined spread of the runs; otherwise they tie. A missing std counts as 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+WIN, LOSS, TIE = "win", "loss", "tie"
+SUMMARY_DECODE_DEPTHS = (0, 4096, 16384, 32768)
+SUMMARY_TTFT_DEPTHS = (16384, 32768)
+GROUPED_DEPTHS = (0, 8192, 16384, 32768)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A mean and the standard deviation of the runs behind it."""
+
+    mean: float
+    std: float = 0.0
+
+    @classmethod
+    def of(cls, mean: Any, std: Any = None) -> Measure | None:
+        if _missing(mean):
+            return None
+        return cls(float(mean), 0.0 if _missing(std) else float(std))
+
+    def spread_with(self, other: Measure) -> float:
+        return math.hypot(self.std, other.std)
+
+    def versus(self, other: Measure) -> str:
+        """win / loss / tie of self against other under the tie rule."""
+        diff = self.mean - other.mean
+        if abs(diff) <= self.spread_with(other):
+            return TIE
+        return WIN if diff > 0 else LOSS
+
+    def ratio(self, other: Measure) -> Measure:
+        """self / other, its std propagated to first order from the relative stds."""
+        value = self.mean / other.mean
+        rel = math.hypot(self.std / self.mean if self.mean else 0.0, other.std / other.mean)
+        return Measure(value, abs(value) * rel)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def measured(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[frame["status"] == "ok"]
+
+
+def config_order(frame: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(frame["config"]))
+
+
+def cell_index(frame: pd.DataFrame) -> dict[tuple[str, int], dict[str, Any]]:
+    """Rows by (config, depth), for lookups in loops (filtering a wide frame copies it)."""
+    return {(r["config"], int(r["context_tokens"])): r for r in frame.to_dict("records")}
+
+
+def measure_at(cells: Mapping[tuple[str, int], Mapping[str, Any]], config: str, depth: int, column: str):
+    """The measure of a measured cell (None when the cell is absent, failed or skipped)."""
+    row = cells.get((config, depth))
+    if row is None or row["status"] != "ok":
+        return None
+    return Measure.of(row[column], row.get(f"{column}_std"))
+
+
+def short_depth(depth: int) -> str:
+    """8192 -> 8k, for axis ticks and column headers."""
+    return f"{depth // 1024}k" if depth >= 1024 and depth % 1024 == 0 else str(depth)
+
+
+def pick_depths(available: Iterable[int], preferred: Sequence[int], count: int) -> list[int]:
+    """The preferred depths that were measured; when fewer than two of them were, ``count``
+    depths spread evenly over what was (a small grid still gets a useful table)."""
+    available = sorted(set(available))
+    chosen = [d for d in preferred if d in available]
+    if len(chosen) >= min(2, len(preferred)) or not available:
+        return chosen
+    if len(available) <= count:
+        return available
+    step = (len(available) - 1) / (count - 1)
+    return sorted({available[round(i * step)] for i in range(count)})
+
+
+# --- baselines and speedups -------------------------------------------------------------
+
+
+def baselines(frame: pd.DataFrame, study: Mapping[str, Any]) -> dict[str, str]:
+    """config -> its baseline: the study's ``baseline`` mapping, else (for a speculative
+    config) the non-speculative config on the same engine and checkpoint."""
+    meta = frame.drop_duplicates("config").set_index("config")
+    mapping = dict(study.get("baseline") or {})
+    result = {}
+    for config in config_order(frame):
+        if config in mapping:
+            if mapping[config] in meta.index and mapping[config] != config:
+                result[config] = mapping[config]
+            continue
+        if meta.at[config, "speculation_method"] == "none":
+            continue
+        candidates = meta[
+            (meta["engine"] == meta.at[config, "engine"])
+            & (meta["checkpoint"] == meta.at[config, "checkpoint"])
+            & (meta["speculation_method"] == "none")
+        ]
+        if not candidates.empty:
+            result[config] = candidates.index[0]
+    return result
+
+
+@dataclass(frozen=True)
+class SpeedupPoint:
+    depth: int
+    config: Measure
+    baseline: Measure
+    speedup: Measure
+    outcome: str
+
+
+@dataclass(frozen=True)
+class Speedup:
+    config: str
+    baseline: str
+    points: tuple[SpeedupPoint, ...]
+
+    @property
+    def crossover(self) -> tuple[int, int] | None:
+        """(last depth of the leading run of wins, the next depth measured): where the
+        config stops beating its baseline; None when it never starts or never stops."""
+        for i, point in enumerate(self.points):
+            if point.outcome != WIN:
+                return (self.points[i - 1].depth, point.depth) if i > 0 else None
+        return None
+
+    @property
+    def first_loss_after_crossover(self) -> int | None:
+        crossover = self.crossover
+        if crossover is None:
+            return None
+        return next((p.depth for p in self.points if p.depth >= crossover[1] and p.outcome == LOSS), None)
+
+    def runs(self) -> list[tuple[str, int, int]]:
+        """Outcomes compressed into runs: [(outcome, first depth, last depth), ...]."""
+        runs: list[tuple[str, int, int]] = []
+        for point in self.points:
+            if runs and runs[-1][0] == point.outcome:
+                runs[-1] = (point.outcome, runs[-1][1], point.depth)
+            else:
+                runs.append((point.outcome, point.depth, point.depth))
+        return runs
+
+
+def speedups(frame: pd.DataFrame, study: Mapping[str, Any], column: str = "decode_tps") -> list[Speedup]:
+    """Each config with a baseline, over that baseline, at every depth both measured."""
+    ok = measured(frame)
+    result = []
+    for config, baseline in baselines(frame, study).items():
+        mine = ok[ok["config"] == config].set_index("context_tokens")
+        theirs = ok[ok["config"] == baseline].set_index("context_tokens")
+        points = []
+        for depth in sorted(set(mine.index) & set(theirs.index)):
+            a = Measure.of(mine.at[depth, column], mine.at[depth, f"{column}_std"])
+            b = Measure.of(theirs.at[depth, column], theirs.at[depth, f"{column}_std"])
+            if a is None or b is None or b.mean <= 0:
+                continue
+            points.append(SpeedupPoint(int(depth), a, b, a.ratio(b), a.versus(b)))
+        result.append(Speedup(config, baseline, tuple(points)))
+    return result
+
+
+# --- comparisons along one axis of the grid ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class AxisComparison:
+    """Configs that differ only in ``axis`` (engine or checkpoint), compared at one depth."""
+
+    axis: str
+    fixed: dict[str, str]  # the other axes' values
+    depth: int
+    values: dict[str, Measure]  # axis value -> measure
+    configs: dict[str, str]  # axis value -> config name
+
+    @property
+    def all_tie(self) -> bool:
+        items = list(self.values.values())
+        return all(a.versus(b) == TIE for i, a in enumerate(items) for b in items[i + 1 :])
+
+    def fastest_over_slowest(self) -> tuple[str, str, Measure]:
+        ranked = sorted(self.values.items(), key=lambda kv: kv[1].mean, reverse=True)
+        (fast, a), (slow, b) = ranked[0], ranked[-1]
+        return fast, slow, a.ratio(b)
+
+
+AXES = {"engine": "engine_label", "checkpoint": "quantization", "speculation": "speculation_label"}
+
+
+def axis_comparisons(frame: pd.DataFrame, axis: str, column: str = "decode_tps") -> list[AxisComparison]:
+    """Groups of configs equal on every axis but ``axis``, at the smallest depth they all
+    measured."""
+    ok = measured(frame)
+    cells_by_key = cell_index(ok)
+    others = [a for a in AXES if a != axis]
+    meta = frame.drop_duplicates("config")
+    result = []
+    for key, group in meta.groupby(others, sort=False):
+        if group[axis].nunique() < 2:
+            continue
+        configs = dict(zip(group[AXES[axis]], group["config"], strict=False))
+        cells = ok[ok["config"].isin(configs.values())]
+        common = set.intersection(
+            *(set(cells[cells["config"] == c]["context_tokens"]) for c in configs.values())
+        )
+        if not common:
+            continue
+        depth = int(min(common))
+        values = {label: measure_at(cells_by_key, c, depth, column) for label, c in configs.items()}
+        if any(v is None for v in values.values()):
+            continue
+        fixed = dict(zip(others, key if isinstance(key, tuple) else (key,), strict=True))
+        result.append(AxisComparison(axis, fixed, depth, values, configs))
+    return result
+
+
+# --- roofline ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Roofline:
+    config: str
+    depth: int
+    active_weight_gb: float
+    ceiling_tok_s: float
+    decode: Measure
+
+    @property
+    def realised(self) -> float:
+        return self.decode.mean / self.ceiling_tok_s
+
+
+def rooflines(frame: pd.DataFrame, memory_bandwidth_gb_s: float | None) -> list[Roofline]:
+    """Decode at the smallest measured depth over bandwidth ÷ active weight bytes per token."""
+    if not memory_bandwidth_gb_s:
+        return []
+    ok = measured(frame)
+    result = []
+    for config in config_order(frame):
+        rows = ok[ok["config"] == config].sort_values("context_tokens")
+        if rows.empty or _missing(rows.iloc[0]["active_weight_gb"]):
+            continue
+        row = rows.iloc[0]
+        decode = Measure.of(row["decode_tps"], row["decode_tps_std"])
+        if decode is None:
+            continue
+        ceiling = memory_bandwidth_gb_s / float(row["active_weight_gb"])
+        result.append(
+            Roofline(config, int(row["context_tokens"]), float(row["active_weight_gb"]), ceiling, decode)
+        )
+    return result
+
+
+# --- acceptance -------------------------------------------------------------------------
+
+
+def acceptance_by_position(frame: pd.DataFrame) -> dict[str, list[float] | None]:
+    """Per speculative config: per-position acceptance over all its measured cells, each
+    cell weighted by its drafts (Σ accepted at i / Σ drafts); None without per-position data."""
+    ok = measured(frame)
+    result: dict[str, list[float] | None] = {}
+    for config in config_order(frame[frame["speculation_method"] != "none"]):
+        totals: list[float] = []
+        drafts = 0.0
+        for _, row in ok[ok["config"] == config].iterrows():
+            if _missing(row["acceptance_per_position"]) or _missing(row["spec_drafts"]):
+                continue
+            rates = json.loads(row["acceptance_per_position"])
+            totals += [0.0] * (len(rates) - len(totals))
+            for i, rate in enumerate(rates):
+                totals[i] += rate * float(row["spec_drafts"])
+            drafts += float(row["spec_drafts"])
+        result[config] = [t / drafts for t in totals] if drafts > 0 else None
+    return result
+
+
+# --- natural matrix ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Capacity:
+    config: str
+    prompt_class: str
+    concurrency: int | None  # the highest level meeting both targets; None when none does
+    row: Mapping[str, Any] | None  # that level's row
+    first_miss: Mapping[str, Any] | None  # the lowest measured level that misses
+
+
+def meets(row: Mapping[str, Any], targets: Mapping[str, float]) -> bool:
+    return all(
+        not _missing(row[metric]) and float(row[metric]) <= target for metric, target in targets.items()
+    )
+
+
+def capacities(natural: pd.DataFrame, targets: Mapping[str, float]) -> list[Capacity]:
+    """Per (config, prompt class): the highest concurrency whose medians meet every target."""
+    ok = natural[natural["status"] == "ok"]
+    result = []
+    for (config, prompt_class), group in natural.groupby(["config", "prompt_class"], sort=False):
+        levels = ok[(ok["config"] == config) & (ok["prompt_class"] == prompt_class)].sort_values(
+            "concurrency"
+        )
+        if levels.empty and group.empty:
+            continue
+        rows = levels.to_dict("records")
+        passing = [r for r in rows if meets(r, targets)]
+        missing = [r for r in rows if not meets(r, targets)]
+        best = passing[-1] if passing else None
+        result.append(
+            Capacity(
+                config,
+                prompt_class,
+                int(best["concurrency"]) if best else None,
+                best,
+                missing[0] if missing else None,
+            )
+        )
+    return result

@@ -1,0 +1,866 @@
+"""comparison.md, generated in full: a pure function of the dataset frames and the grid.
+
+The same frames and grid give the same bytes (no clock, no host lookups): the report of a
+rerun changes only where the data did.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from gridbench.aggregate import analysis
+from gridbench.aggregate.analysis import LOSS, TIE, WIN, Measure
+from gridbench.grid import Grid
+
+GRAPH_TITLES = {
+    "decode_vs_context": "Decode throughput vs context depth",
+    "ttft_vs_context": "Time to first token vs context depth (log scale)",
+    "prefill_vs_context": "Prefill throughput vs context depth",
+    "decode_grouped": "Decode tok/s by config across context depths",
+    "ttft_grouped": "TTFT by config across context depths (log scale)",
+    "speedup_vs_context": "Decode speedup over each config's baseline",
+    "acceptance_per_position": "Speculative decoding acceptance, per draft position and per depth",
+    "natural_tok_s_vs_concurrency": "Natural prompts: aggregate output tok/s vs concurrency",
+    "natural_ttft_vs_concurrency": "Natural prompts: TTFT p50 and p95 vs concurrency",
+    "natural_tpot_vs_concurrency": "Natural prompts: TPOT p50 and p95 vs concurrency",
+}
+DASH = "—"
+
+
+# --- formatting -------------------------------------------------------------------------
+
+
+def _decimals(value: float) -> int:
+    magnitude = abs(value)
+    return 0 if magnitude >= 100 else 1 if magnitude >= 10 else 2
+
+
+def num(value: Any, decimals: int | None = None) -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return DASH
+    value = float(value)
+    return f"{value:.{_decimals(value) if decimals is None else decimals}f}"
+
+
+def pm(measure: Measure | None) -> str:
+    """mean ± std with the mean's precision."""
+    if measure is None:
+        return DASH
+    decimals = _decimals(measure.mean)
+    return f"{measure.mean:.{decimals}f} ± {measure.std:.{decimals}f}"
+
+
+def ratio_text(measure: Measure) -> str:
+    return f"{measure.mean:.2f} ± {measure.std:.2f}×"
+
+
+def pct(value: float) -> str:
+    return f"{value * 100:.0f} %"
+
+
+def cell_text(value: Any) -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return DASH
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell_text(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def code(text: Any) -> str:
+    return DASH if text is None or text is pd.NA else f"`{text}`"
+
+
+def depth_list(depths: Iterable[int]) -> str:
+    return ", ".join(str(d) for d in depths)
+
+
+# --- the report -------------------------------------------------------------------------
+
+
+def render_report(
+    grid: Grid,
+    dataset: pd.DataFrame,
+    natural: pd.DataFrame | None = None,
+    graphs: Sequence[str] = (),
+) -> str:
+    """The whole comparison.md. ``graphs`` are links to the PNG files, relative to the report."""
+    study = grid.study
+    # plain object columns: the many small selections below run ~3x faster than on Arrow
+    # strings and nullable dtypes, and every value renders the same
+    dataset = dataset.astype(object)
+    natural = natural.astype(object) if natural is not None and not natural.empty else None
+    sections = [
+        f"# {study.get('title') or 'gridbench comparison'}",
+        partial_banner(dataset, natural),
+        "## Verdict\n\n" + verdict(grid, dataset, natural),
+        "## Method\n\n" + method(grid, dataset, natural),
+        "## Environment and provenance\n\n" + environment(grid, dataset, natural),
+        "## Configs\n\n" + configs_table(grid, dataset),
+        "## Summary: decode tok/s and TTFT by context depth\n\n" + summary_table(dataset),
+        "## Speedup over baseline\n\n" + speedup_section(dataset, study),
+        "## Roofline realisation\n\n" + roofline_section(dataset, study),
+        "## Speculative decoding acceptance\n\n" + acceptance_section(dataset),
+    ]
+    if grid.natural:
+        sections += [
+            "## Natural prompts\n\n" + natural_section(natural),
+            "## Capacity under latency targets\n\n" + capacity_section(natural, study),
+        ]
+    sections += [
+        "## Failed and skipped cells\n\n" + failures_section(dataset, natural),
+        "## Graphs\n\n" + graphs_section(graphs),
+        "## Full data\n\n" + full_data(dataset),
+    ]
+    return "\n\n".join(s for s in sections if s) + "\n"
+
+
+def _failed(frame: pd.DataFrame | None) -> int:
+    return 0 if frame is None else int((frame["status"] == "failed").sum())
+
+
+def is_partial(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> bool:
+    return _failed(dataset) + _failed(natural) > 0
+
+
+def partial_banner(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
+    if not is_partial(dataset, natural):
+        return ""
+    scheduled = int((dataset["status"] != "skipped").sum())
+    parts = [f"{_failed(dataset)} of {scheduled} depth cells"]
+    if natural is not None:
+        parts.append(f"{_failed(natural)} of {len(natural)} natural-prompt cells")
+    return (
+        f"> **Partial results.** {' and '.join(parts)} failed. They are listed with their "
+        "reasons under [Failed and skipped cells](#failed-and-skipped-cells); no value, graph "
+        "or statement below comes from them."
+    )
+
+
+# --- verdict ----------------------------------------------------------------------------
+
+
+def verdict(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
+    bullets = []
+    if analysis.measured(dataset).empty:
+        bullets.append("No depth cell was measured: there is nothing to compare.")
+    bullets += engine_verdict(dataset)
+    bullets += pairwise_verdict(dataset, "checkpoint")
+    bullets += pairwise_verdict(dataset, "speculation", speculative_only=True)
+    bullets += speculation_verdict(dataset, grid.study)
+    bullets += roofline_verdict(dataset, grid.study)
+    if natural is not None:
+        bullets += natural_verdict(natural, grid.study)
+    failed = _failed(dataset) + _failed(natural)
+    if failed:
+        cells = "1 cell" if failed == 1 else f"{failed} cells"
+        bullets.append(f"{cells} failed; every statement here uses measured cells only.")
+    return "\n".join(f"- {b}" for b in bullets)
+
+
+def engine_verdict(dataset: pd.DataFrame) -> list[str]:
+    ties, others = [], []
+    for comparison in analysis.axis_comparisons(dataset, "engine"):
+        where = _fixed_label(dataset, comparison.fixed)
+        if comparison.all_tie:
+            values = [m.mean for m in comparison.values.values()]
+            ties.append(
+                f"{where} ({', '.join(comparison.values)}: {num(min(values))}–{num(max(values))} tok/s "
+                f"at depth {comparison.depth})"
+            )
+        else:
+            fast, slow, ratio = comparison.fastest_over_slowest()
+            a, b = comparison.values[fast], comparison.values[slow]
+            others.append(
+                f"On {where}, {fast} decodes {ratio_text(ratio)} as fast as {slow} at depth "
+                f"{comparison.depth} ({pm(a)} vs {pm(b)} tok/s)."
+            )
+    lines = []
+    if ties:
+        lines.append("Engines tie on decode, differences within the runs' spread: " + "; ".join(ties) + ".")
+    return lines + others
+
+
+def _fixed_label(dataset: pd.DataFrame, fixed: Mapping[str, str]) -> str:
+    meta = dataset.drop_duplicates("config")
+    parts = []
+    for axis, value in fixed.items():
+        labels = meta[meta[axis] == value][analysis.AXES[axis]]
+        parts.append(str(labels.iloc[0]) if not labels.empty else str(value))
+    return " · ".join(parts)
+
+
+def pairwise_verdict(dataset: pd.DataFrame, axis: str, speculative_only: bool = False) -> list[str]:
+    """Each pair of values of ``axis`` (checkpoint or speculation) compared with the other
+    axes fixed, pooled over the groups where both were measured."""
+    others = "/".join(a for a in analysis.AXES if a != axis)
+    methods = dataset.drop_duplicates("config").set_index("config")["speculation_method"]
+    pooled: dict[tuple[str, str], list[tuple[analysis.AxisComparison, str]]] = {}
+    for comparison in analysis.axis_comparisons(dataset, axis):
+        labels = [
+            label
+            for label, config in comparison.configs.items()
+            if not speculative_only or methods[config] != "none"
+        ]
+        for i, a in enumerate(labels):
+            for b in labels[i + 1 :]:
+                pair = tuple(sorted((a, b)))
+                outcome = comparison.values[pair[0]].versus(comparison.values[pair[1]])
+                pooled.setdefault(pair, []).append((comparison, outcome))
+    lines = []
+    for (a, b), items in pooled.items():
+        wins = [c for c, o in items if o == WIN]
+        losses = [c for c, o in items if o == LOSS]
+        ties = len(items) - len(wins) - len(losses)
+        if not wins and not losses:
+            lines.append(
+                f"{a} and {b} tie on decode at depth {items[0][0].depth} "
+                f"({len(items)} {others} pair(s), within the runs' spread)."
+            )
+            continue
+        if wins and losses:
+            parts = [
+                f"{'faster' if o == WIN else 'slower' if o == LOSS else 'tie'} on "
+                f"{_fixed_label(dataset, c.fixed)} ({ratio_text(c.values[a].ratio(c.values[b]))})"
+                for c, o in items
+            ]
+            lines.append(f"{a} against {b} on decode is mixed: {a} is " + "; ".join(parts) + ".")
+            continue
+        fast, slow = (a, b) if wins else (b, a)
+        decided = wins or losses
+        ratios = [c.values[fast].ratio(c.values[slow]) for c in decided]
+        example = decided[0]
+        low, high = f"{min(r.mean for r in ratios):.2f}", f"{max(r.mean for r in ratios):.2f}"
+        spread = ratio_text(ratios[0])
+        if len(decided) > 1:
+            span = low if low == high else f"{low}–{high}"
+            spread = f"{span}× on {len(decided)} {others} pairs"
+        tie_note = f", tie on {ties} more" if ties else ""
+        median = statistics.median(r.mean for r in ratios)
+        claim = (
+            f"≈ {median:.1f}× {slow} on decode"
+            if median >= 1.5
+            else f"decodes {pct(median - 1)} faster than {slow}"
+        )
+        lines.append(
+            f"{fast} {claim} at depth "
+            f"{example.depth} ({spread}{tie_note}; e.g. {_fixed_label(dataset, example.fixed)}: "
+            f"{pm(example.values[fast])} vs {pm(example.values[slow])} tok/s)."
+        )
+    return lines
+
+
+def _crossover_text(s: analysis.Speedup) -> str:
+    crossover = s.crossover
+    if crossover:
+        text = f"stops beating it between {crossover[0]} and {crossover[1]} tokens"
+        loss = s.first_loss_after_crossover
+        if loss is not None:
+            text += (
+                f" (slower from {loss})"
+                if loss == crossover[1]
+                else f" (tie at {crossover[1]}, slower from {loss})"
+            )
+        return text
+    outcomes = {p.outcome for p in s.points}
+    if outcomes == {WIN}:
+        if len(s.points) == 1:
+            return f"faster at the one depth measured ({s.points[0].depth})"
+        return f"faster at every depth measured ({s.points[0].depth}–{s.points[-1].depth})"
+    if WIN not in outcomes:
+        return "never faster: " + ", ".join(
+            f"{o} {a}–{b}" if a != b else f"{o} at {a}" for o, a, b in s.runs()
+        )
+    return ", ".join(f"{o} {a}–{b}" if a != b else f"{o} at {a}" for o, a, b in s.runs())
+
+
+def speculation_verdict(dataset: pd.DataFrame, study: Mapping[str, Any]) -> list[str]:
+    meta = dataset.drop_duplicates("config").set_index("config")
+    lines = []
+    for s in analysis.speedups(dataset, study):
+        if not s.points:
+            continue
+        first, last = s.points[0], s.points[-1]
+        best = max(s.points, key=lambda p: p.speedup.mean)
+        label = meta.at[s.config, "speculation_label"]
+        text = (
+            f"{s.config} ({label}) over {s.baseline}: {ratio_text(first.speedup)} at depth {first.depth} "
+            f"({pm(first.config)} vs {pm(first.baseline)} tok/s)"
+        )
+        if best is not first:
+            text += f", best {ratio_text(best.speedup)} at {best.depth}"
+        text += f"; {_crossover_text(s)}"
+        crossover = s.crossover
+        if crossover:
+            after = next(p for p in s.points if p.depth == crossover[1])
+            text += f"; at {after.depth}: {pm(after.config)} vs {pm(after.baseline)} tok/s"
+        if last is not first and (not crossover or last.depth != crossover[1]):
+            text += f"; at {last.depth}: {pm(last.config)} vs {pm(last.baseline)} tok/s"
+        lines.append(text + ".")
+    return lines
+
+
+def roofline_verdict(dataset: pd.DataFrame, study: Mapping[str, Any]) -> list[str]:
+    bandwidth = (study.get("hardware") or {}).get("memory_bandwidth_gb_s")
+    methods = dataset.drop_duplicates("config").set_index("config")["speculation_method"]
+    lines = analysis.rooflines(dataset, bandwidth)
+    result = []
+    for kind, group in (
+        ("Without", [r for r in lines if methods[r.config] == "none"]),
+        ("With", [r for r in lines if methods[r.config] != "none"]),
+    ):
+        if not group:
+            continue
+        low = min(group, key=lambda r: r.realised)
+        high = max(group, key=lambda r: r.realised)
+        span = (
+            f"{pct(low.realised)} ({low.config}, {num(low.decode.mean)} of {num(low.ceiling_tok_s)} tok/s)"
+            if low is high
+            else f"{pct(low.realised)} ({low.config}) to {pct(high.realised)} ({high.config}, "
+            f"{num(high.decode.mean)} of {num(high.ceiling_tok_s)} tok/s)"
+        )
+        result.append(
+            f"{kind} speculation, decode at depth {low.depth} realises {span} of the bandwidth "
+            f"roofline ({bandwidth} GB/s ÷ active weights per token)."
+        )
+    return result
+
+
+def natural_verdict(natural: pd.DataFrame, study: Mapping[str, Any]) -> list[str]:
+    ok = natural[natural["status"] == "ok"].dropna(subset=["output_tok_s"])
+    lines = []
+    if not ok.empty:
+        best = ok.sort_values("output_tok_s", ascending=False, kind="stable").iloc[0]
+        lines.append(
+            f"Highest natural-prompt aggregate throughput: {best['config']} on {best['prompt_class']} "
+            f"at c={best['concurrency']}, {num(best['output_tok_s'])} tok/s."
+        )
+        short = _short_outputs(ok)
+        if short:
+            lines.append(
+                "Median output stops well short of max_tokens for "
+                + ", ".join(f"{cls} ({tokens} of {limit} tokens)" for cls, tokens, limit in short)
+                + ": those levels measure prompt processing more than decode."
+            )
+    targets = capacity_targets(study)
+    if targets:
+        per_config: dict[str, list[str]] = {}
+        for cap in analysis.capacities(natural, targets):
+            per_config.setdefault(cap.config, []).append(
+                f"c={cap.concurrency} on {cap.prompt_class}"
+                if cap.concurrency
+                else f"none on {cap.prompt_class}"
+            )
+        lines += [
+            f"Under {targets_text(targets)}, {config} sustains " + ", ".join(parts) + "."
+            for config, parts in per_config.items()
+        ]
+    return lines
+
+
+def _short_outputs(ok: pd.DataFrame) -> list[tuple[str, int, int]]:
+    result = []
+    for prompt_class, group in ok.groupby("prompt_class", sort=False):
+        limit = group["max_tokens"].dropna()
+        tokens = group["output_tokens_p50"].dropna()
+        if limit.empty or tokens.empty:
+            continue
+        median = int(tokens.median())
+        if median < 0.5 * int(limit.max()):
+            result.append((str(prompt_class), median, int(limit.max())))
+    return result
+
+
+# --- method and environment -------------------------------------------------------------
+
+
+def _extra_body(body: Mapping[str, Any]) -> str:
+    return f", extra body `{json.dumps(body, sort_keys=True)}`" if body else ""
+
+
+def method(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
+    study = grid.study
+    b = grid.benchy
+    versions = sorted(set(analysis.measured(dataset)["load_generator_version"].dropna().astype(str)))
+    lines = []
+    if study.get("description"):
+        lines += [study["description"].strip(), ""]
+    lines.append(
+        f"- Depth sweep: llama-benchy {', '.join(versions) or '(no cell measured)'}, "
+        f"`--pp {b.pp} --tg {b.tg}{' --exact-tg' if b.exact_tg else ''} --runs {b.runs} "
+        f"--concurrency {b.concurrency} --latency-mode {b.latency_mode}`, "
+        f"{'with' if b.warmup else 'without'} its warm-up request{_extra_body(b.extra_body)}, "
+        f"at depths {depth_list(grid.depths)}. "
+        "A cell whose depth + pp + tg exceeds the config's max model length is skipped."
+    )
+    if grid.natural:
+        n = grid.natural
+        lines.append(
+            f"- Natural prompts: classes {', '.join(n['prompt_classes'])} at concurrency "
+            f"{', '.join(map(str, sorted(n['concurrency'])))}, {n['requests']} measured requests per level, "
+            f"max_tokens {n['max_tokens']}, temperature {n['temperature']}, {n['warmup']} serial warm-up "
+            f"requests per class{', cache-busting prefix per request' if n['cache_bust'] else ''}"
+            f"{_extra_body(n['extra_body'])}; "
+            "percentiles are nearest-rank over the ok requests, and failed requests are counted, "
+            "never dropped."
+        )
+    lines += [
+        "- Spread: each depth value is the mean of the runs ± their standard deviation as "
+        "llama-benchy reports it. Two values differ only when |a − b| > √(sa² + sb²); otherwise "
+        "they **tie** (a missing std counts as 0).",
+        "- Speedup = decode tok/s of a config ÷ decode tok/s of its baseline at the same depth, "
+        "its spread propagated from both. The baseline is the one `study.baseline` names, else the "
+        "non-speculative config on the same engine and checkpoint. The crossover is where a config "
+        "stops beating its baseline: the last depth of its leading run of wins and the next depth measured.",
+        "- Roofline: ceiling = memory bandwidth ÷ gigabytes of active weights read per token "
+        "(`study.hardware.memory_bandwidth_gb_s`, `checkpoints.*.active_weight_gb`); realised = "
+        "measured decode ÷ ceiling, at the smallest depth measured.",
+    ]
+    return "\n".join(lines)
+
+
+def _distinct(frames: Iterable[pd.DataFrame | None], column: str) -> list[str]:
+    values: dict[str, None] = {}
+    for frame in frames:
+        if frame is not None:
+            for value in analysis.measured(frame)[column].dropna():
+                values[str(value)] = None
+    return list(values)
+
+
+def environment(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
+    frames = [dataset, natural]
+    hardware = grid.study.get("hardware") or {}
+    started = _distinct(frames, "started_at")
+    finished = _distinct(frames, "finished_at")
+    generators = []
+    for frame in frames:
+        if frame is None:
+            continue
+        ok = analysis.measured(frame)
+        pairs = ok[["load_generator", "load_generator_version"]].dropna(subset=["load_generator"])
+        generators += [
+            f"{g} {v}" if v is not pd.NA else str(g)
+            for g, v in pairs.drop_duplicates().itertuples(index=False)
+        ]
+    rows = [
+        ("hardware (study)", hardware.get("name") or DASH),
+        (
+            "memory bandwidth (study)",
+            f"{hardware['memory_bandwidth_gb_s']} GB/s" if hardware.get("memory_bandwidth_gb_s") else DASH,
+        ),
+        ("GPU", ", ".join(_distinct(frames, "gpu")) or "none detected"),
+        ("driver", ", ".join(_distinct(frames, "driver")) or DASH),
+        ("host", ", ".join(_distinct(frames, "hostname")) or DASH),
+        ("gridbench", ", ".join(_distinct(frames, "gridbench_version")) or DASH),
+        ("load generators", ", ".join(dict.fromkeys(generators)) or DASH),
+        ("measured", f"{min(started)} – {max(finished)}" if started and finished else DASH),
+    ]
+    counts = dataset["status"].value_counts()
+    cells = f"{counts.get('ok', 0)} ok, {counts.get('failed', 0)} failed, {counts.get('skipped', 0)} skipped"
+    rows.append(("depth cells", cells))
+    if natural is not None:
+        counts = natural["status"].value_counts()
+        rows.append(("natural-prompt cells", f"{counts.get('ok', 0)} ok, {counts.get('failed', 0)} failed"))
+    engines = []
+    ok_frames = [analysis.measured(f) for f in frames if f is not None]
+    measured_rows = pd.concat(ok_frames) if ok_frames else dataset.iloc[0:0]
+    keys = [
+        "engine",
+        "engine_label",
+        "engine_kind",
+        "engine_runtime",
+        "image",
+        "image_digest",
+        "engine_version",
+    ]
+    for row in measured_rows[keys].drop_duplicates().itertuples(index=False):
+        engines.append(
+            (
+                row.engine_label,
+                f"{row.engine_kind} ({row.engine_runtime})",
+                code(row.image),
+                code(row.image_digest),
+                code(row.engine_version),
+            )
+        )
+    text = table(("", ""), rows)
+    if engines:
+        text += "\n\n" + table(
+            ("engine", "kind (runtime)", "image", "image digest", "engine version"), engines
+        )
+    return text
+
+
+def configs_table(grid: Grid, dataset: pd.DataFrame) -> str:
+    rows = []
+    meta = dataset.drop_duplicates("config")
+    fingerprints = analysis.measured(dataset).drop_duplicates("config").set_index("config")["fingerprint"]
+    for row in meta.itertuples():
+        cfg = grid.configs.get(row.config)
+        serving = DASH
+        flags = DASH
+        if cfg is not None:
+            s = cfg.serving
+            serving = (
+                f"max len {s.max_model_len} · prefix cache {'on' if s.prefix_caching else 'off'} · "
+                f"chunked prefill {'on' if s.chunked_prefill else 'off'} · TP {s.tensor_parallel_size}"
+            )
+            flags = code(" ".join(cfg.serve_args)) if cfg.serve_args else DASH
+        rows.append(
+            (
+                code(row.config),
+                row.engine_label,
+                row.quantization,
+                row.speculation_label,
+                row.config_label,
+                serving,
+                flags,
+                code(fingerprints.get(row.config)),
+            )
+        )
+    return table(
+        (
+            "config",
+            "engine",
+            "checkpoint",
+            "speculation",
+            "label",
+            "serving",
+            "extra serve flags",
+            "fingerprint",
+        ),
+        rows,
+    )
+
+
+# --- tables -----------------------------------------------------------------------------
+
+
+def _value(cells: Mapping[tuple[str, int], Mapping[str, Any]], config: str, depth: int, column: str) -> str:
+    row = cells.get((config, depth))
+    if row is None:
+        return DASH
+    if row["status"] != "ok":
+        return str(row["status"])
+    return pm(Measure.of(row[column], row[f"{column}_std"]))
+
+
+def summary_table(dataset: pd.DataFrame) -> str:
+    scheduled = dataset[dataset["status"] != "skipped"]
+    depths = sorted(int(d) for d in scheduled["context_tokens"].dropna().unique())
+    decode = analysis.pick_depths(depths, analysis.SUMMARY_DECODE_DEPTHS, 4)
+    ttft = analysis.pick_depths(depths, analysis.SUMMARY_TTFT_DEPTHS, 2)
+    if not decode and not ttft:
+        return "No depth was measured."
+    header = ["config"] + [f"decode @{analysis.short_depth(d)} (tok/s)" for d in decode]
+    header += [f"TTFT @{analysis.short_depth(d)} (ms)" for d in ttft]
+    rows = []
+    cells = analysis.cell_index(dataset)
+    for config in analysis.config_order(dataset):
+        row = [code(config)] + [_value(cells, config, d, "decode_tps") for d in decode]
+        row += [_value(cells, config, d, "ttft_ms") for d in ttft]
+        rows.append(row)
+    note = ""
+    if any(d not in analysis.SUMMARY_DECODE_DEPTHS for d in decode) or any(
+        d not in analysis.SUMMARY_TTFT_DEPTHS for d in ttft
+    ):
+        note = (
+            "\n\nThe grid lacks the usual 4k/16k/32k depths: the columns show depths spread over "
+            f"its {depth_list(depths)}."
+        )
+    return table(header, rows) + note
+
+
+def speedup_section(dataset: pd.DataFrame, study: Mapping[str, Any]) -> str:
+    series = [s for s in analysis.speedups(dataset, study) if s.points]
+    if not series:
+        return (
+            "No config has a baseline measured at the same depths (name one per config in "
+            "`study.baseline`, or add a non-speculative config on the same engine and checkpoint)."
+        )
+    summary = []
+    for s in series:
+        best = max(s.points, key=lambda p: p.speedup.mean)
+        worst = min(s.points, key=lambda p: p.speedup.mean)
+        summary.append(
+            (
+                code(s.config),
+                code(s.baseline),
+                f"{ratio_text(best.speedup)} @{best.depth}",
+                f"{ratio_text(worst.speedup)} @{worst.depth}",
+                _crossover_text(s),
+            )
+        )
+    text = table(("config", "baseline", "best", "worst", "crossover"), summary)
+    depths = sorted({p.depth for s in series for p in s.points})
+    by_depth = []
+    marks = {WIN: "faster", LOSS: "slower", TIE: "tie"}
+    for depth in depths:
+        row: list[Any] = [depth]
+        for s in series:
+            point = next((p for p in s.points if p.depth == depth), None)
+            row.append(f"{ratio_text(point.speedup)} {marks[point.outcome]}" if point else DASH)
+        by_depth.append(row)
+    header = ["depth"] + [f"{s.config} ÷ {s.baseline}" for s in series]
+    return (
+        text
+        + "\n\nDecode speedup per depth (faster / slower / tie under the tie rule):\n\n"
+        + table(header, by_depth)
+    )
+
+
+def roofline_section(dataset: pd.DataFrame, study: Mapping[str, Any]) -> str:
+    hardware = study.get("hardware") or {}
+    bandwidth = hardware.get("memory_bandwidth_gb_s")
+    if not bandwidth:
+        return "`study.hardware.memory_bandwidth_gb_s` is not set: no roofline."
+    lines = analysis.rooflines(dataset, bandwidth)
+    configs = analysis.config_order(dataset)
+    without = [c for c in configs if c not in {r.config for r in lines}]
+    text = f"Ceiling = {bandwidth} GB/s ÷ active weights read per token.\n\n"
+    text += table(
+        ("config", "active weights (GB)", "ceiling (tok/s)", "depth", "decode (tok/s)", "realised"),
+        [
+            (
+                code(r.config),
+                num(r.active_weight_gb),
+                num(r.ceiling_tok_s),
+                r.depth,
+                pm(r.decode),
+                pct(r.realised),
+            )
+            for r in lines
+        ],
+    )
+    if any(r.realised > 1 for r in lines):
+        text += (
+            "\n\nAbove 100 %: with speculative decoding one read of the target's weights "
+            "verifies several tokens."
+        )
+    if without:
+        text += (
+            "\n\nNo roofline for "
+            + ", ".join(code(c) for c in without)
+            + " (no `active_weight_gb` on its checkpoint, or no measured cell)."
+        )
+    return text
+
+
+def acceptance_section(dataset: pd.DataFrame) -> str:
+    spec = dataset[dataset["speculation_method"] != "none"]
+    if spec.empty:
+        return "No config speculates."
+    ok = analysis.measured(spec)
+    per_position = analysis.acceptance_by_position(dataset)
+    rows = []
+    for config in analysis.config_order(spec):
+        mine = ok[ok["config"] == config].dropna(subset=["spec_drafts"])
+        drafts = mine["spec_drafts"].astype(float).sum()
+        accepted = mine["spec_accepted_tokens"].astype(float).sum()
+        drafted = mine["spec_draft_tokens"].astype(float).sum()
+        rates = per_position.get(config)
+        rows.append(
+            (
+                code(config),
+                num(drafts, 0) if drafts else DASH,
+                pct(accepted / drafted) if drafted else DASH,
+                num(1 + accepted / drafts, 2) if drafts else DASH,
+                " ".join(f"{r * 100:.0f}" for r in rates) if rates else DASH,
+            )
+        )
+    pooled = table(
+        ("config", "drafts", "acceptance rate", "mean acceptance length", "per position (%)"), rows
+    )
+    configs = analysis.config_order(spec)
+    by_depth = []
+    cells = analysis.cell_index(ok)
+    for depth in sorted(int(d) for d in ok["context_tokens"].unique()):
+        row: list[Any] = [depth]
+        for config in configs:
+            rate = cells.get((config, depth), {}).get("acceptance_rate")
+            row.append(DASH if _na(rate) else pct(rate))
+        by_depth.append(row)
+    return (
+        "Pooled over every measured depth cell (Σ accepted ÷ Σ drafted, mean acceptance length = "
+        "1 + Σ accepted ÷ Σ drafts):\n\n"
+        + pooled
+        + "\n\nAcceptance rate per depth:\n\n"
+        + table(["depth", *configs], by_depth)
+    )
+
+
+def natural_section(natural: pd.DataFrame | None) -> str:
+    if natural is None:
+        return "No natural-prompt cell was measured."
+    blocks = []
+    for config in analysis.config_order(natural):
+        mine = natural[natural["config"] == config]
+        rows = []
+        for row in mine.to_dict("records"):
+            if row["status"] != "ok":
+                rows.append((row["prompt_class"], row["concurrency"], row["status"], *[DASH] * 9))
+                continue
+            acceptance = pct(row["acceptance_rate"]) if not _na(row["acceptance_rate"]) else DASH
+            rows.append(
+                (
+                    row["prompt_class"],
+                    row["concurrency"],
+                    num(row["output_tok_s"]),
+                    num(row["req_tok_s_p50"]),
+                    num(row["ttft_ms_p50"], 0),
+                    num(row["ttft_ms_p95"], 0),
+                    num(row["tpot_ms_p50"], 1),
+                    num(row["tpot_ms_p95"], 1),
+                    num(row["output_tokens_p50"], 0),
+                    num(row["wall_s"], 1),
+                    f"{row['ok']} / {row['errored']} / {row['incomplete']}",
+                    acceptance,
+                )
+            )
+        label = mine["config_label"].iloc[0]
+        block = f"### `{config}`: {label}\n\n" + table(
+            (
+                "class",
+                "c",
+                "agg tok/s",
+                "per-req p50 (tok/s)",
+                "TTFT p50 (ms)",
+                "TTFT p95 (ms)",
+                "TPOT p50 (ms)",
+                "TPOT p95 (ms)",
+                "median out (tokens)",
+                "wall (s)",
+                "ok / errored / incomplete",
+                "acceptance",
+            ),
+            rows,
+        )
+        warnings = sorted(set("; ".join(mine["percentile_warnings"].dropna()).split("; ")) - {""})
+        if warnings:
+            block += "\n\nPercentile warnings: " + "; ".join(warnings) + "."
+        blocks.append(block)
+    return "\n\n".join(blocks)
+
+
+def _na(value: Any) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def capacity_targets(study: Mapping[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in (study.get("capacity") or {}).items() if v is not None}
+
+
+def targets_text(targets: Mapping[str, float]) -> str:
+    names = {"ttft_ms_p50": "TTFT p50", "tpot_ms_p50": "TPOT p50"}
+    return " and ".join(f"{names.get(k, k)} ≤ {num(v)} ms" for k, v in targets.items())
+
+
+def capacity_section(natural: pd.DataFrame | None, study: Mapping[str, Any]) -> str:
+    targets = capacity_targets(study)
+    if not targets:
+        return (
+            "No latency targets set (`study.capacity.ttft_ms_p50`, `study.capacity.tpot_ms_p50`): "
+            "no capacity table."
+        )
+    if natural is None:
+        return "No natural-prompt cell was measured."
+    rows = []
+    for cap in analysis.capacities(natural, targets):
+        best = cap.row
+        miss = cap.first_miss
+        rows.append(
+            (
+                code(cap.config),
+                cap.prompt_class,
+                cap.concurrency if cap.concurrency else "none",
+                num(best["output_tok_s"]) if best else DASH,
+                num(best["ttft_ms_p50"], 0) if best else DASH,
+                num(best["tpot_ms_p50"], 1) if best else DASH,
+                f"c={miss['concurrency']}: TTFT p50 {num(miss['ttft_ms_p50'], 0)} ms, "
+                f"TPOT p50 {num(miss['tpot_ms_p50'], 1)} ms"
+                if miss
+                else "none measured",
+            )
+        )
+    return f"Highest concurrency whose medians meet {targets_text(targets)} (`study.capacity`):\n\n" + table(
+        (
+            "config",
+            "class",
+            "highest c",
+            "agg tok/s there",
+            "TTFT p50 (ms)",
+            "TPOT p50 (ms)",
+            "lowest level that misses",
+        ),
+        rows,
+    )
+
+
+def failures_section(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
+    rows = []
+    for row in dataset[dataset["status"] != "ok"].to_dict("records"):
+        rows.append(
+            (
+                code(row["config"]),
+                f"depth {row['context_tokens']}",
+                row["status"],
+                row["reason"],
+                code(row["log_path"]),
+            )
+        )
+    if natural is not None:
+        for row in natural[natural["status"] != "ok"].to_dict("records"):
+            rows.append(
+                (
+                    code(row["config"]),
+                    f"{row['prompt_class']} c={row['concurrency']}",
+                    row["status"],
+                    row["reason"],
+                    code(row["log_path"]),
+                )
+            )
+    if not rows:
+        return "None: every scheduled cell was measured."
+    return table(("config", "cell", "status", "reason", "log"), rows)
+
+
+def graphs_section(graphs: Sequence[str]) -> str:
+    if not graphs:
+        return "No graphs were drawn."
+    blocks = []
+    for link in graphs:
+        name = link.rsplit("/", 1)[-1].removesuffix(".png")
+        blocks.append(f"### {GRAPH_TITLES.get(name, name)}\n\n![{name}]({link})")
+    return "\n\n".join(blocks)
+
+
+def full_data(dataset: pd.DataFrame) -> str:
+    ok = analysis.measured(dataset)
+    if ok.empty:
+        return "No depth cell was measured."
+    rows = []
+    for row in ok.to_dict("records"):
+        rows.append(
+            (
+                code(row["config"]),
+                row["context_tokens"],
+                pm(Measure.of(row["prefill_tps"], row["prefill_tps_std"])),
+                pm(Measure.of(row["decode_tps"], row["decode_tps_std"])),
+                pm(Measure.of(row["peak_tps"], row["peak_tps_std"])),
+                pm(Measure.of(row["ttft_ms"], row["ttft_ms_std"])),
+                pct(row["acceptance_rate"]) if not _na(row["acceptance_rate"]) else DASH,
+            )
+        )
+    return table(
+        ("config", "depth", "prefill tok/s", "decode tok/s", "peak tok/s", "TTFT (ms)", "acceptance"), rows
+    )

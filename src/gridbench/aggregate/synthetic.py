@@ -1,0 +1,286 @@
+"""Synthetic cell records shaped like real ones (llama-benchy's JSON, the natural harness's
+JSON, provenance and failure records), for the report's tests and the aggregation
+benchmark. Nothing in a sweep uses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gridbench import provenance as provenance_module
+from gridbench.files import atomic_write_json
+from gridbench.spec_metrics import SpecCounters, acceptance
+
+BENCHY_METRICS = (
+    "pp_throughput",
+    "pp_req_throughput",
+    "tg_throughput",
+    "tg_req_throughput",
+    "peak_throughput",
+    "peak_req_throughput",
+    "ttfr",
+    "est_ppt",
+    "e2e_ttft",
+)
+
+
+def _runs(mean: float, std: float, runs: int) -> dict[str, Any]:
+    """Run values with exactly this mean and population std (as llama-benchy reports)."""
+    offsets = (
+        [(-1) ** i for i in range(runs)] if runs % 2 == 0 else [0.0] + [(-1) ** i for i in range(runs - 1)]
+    )
+    scale = std * (runs / max(1, sum(o * o for o in offsets))) ** 0.5
+    return {"mean": mean, "std": std, "values": [mean + o * scale for o in offsets]}
+
+
+def benchy_raw(
+    depth: int,
+    *,
+    decode: tuple[float, float],
+    prefill: tuple[float, float],
+    ttft_ms: tuple[float, float],
+    pp: int = 512,
+    tg: int = 256,
+    runs: int = 2,
+    version: str = "0.4.0",
+) -> dict[str, Any]:
+    """llama-benchy 0.4.0's --format json for one depth; (mean, std) per metric."""
+    values = {
+        "pp_throughput": prefill,
+        "pp_req_throughput": prefill,
+        "tg_throughput": decode,
+        "tg_req_throughput": decode,
+        "peak_throughput": (round(decode[0] + 0.5), round(decode[1])),
+        "peak_req_throughput": (round(decode[0] + 0.5), round(decode[1])),
+        "ttfr": ttft_ms,
+        "est_ppt": (ttft_ms[0] * 0.95, ttft_ms[1]),
+        "e2e_ttft": ttft_ms,
+    }
+    entry = {
+        "concurrency": 1,
+        "context_size": depth,
+        "prompt_size": pp,
+        "response_size": tg,
+        "is_context_prefill_phase": False,
+        **{name: _runs(*values[name], runs) for name in BENCHY_METRICS},
+        "throughput_over_time": None,
+        "requests_throughput_over_time": None,
+    }
+    return {
+        "version": version,
+        "timestamp": "2026-07-09 12:00:00Z",
+        "latency_mode": "generation",
+        "latency_ms": 100.0,
+        "model": "model",
+        "prefix_caching_enabled": False,
+        "max_concurrency": 1,
+        "benchmarks": [entry],
+    }
+
+
+def spec_decode(drafts: int, per_position: Sequence[float]) -> dict[str, Any]:
+    """What gridbench.spec_metrics.acceptance records for these per-position rates."""
+    accepted = {i: round(rate * drafts) for i, rate in enumerate(per_position)}
+    after = SpecCounters(
+        drafts=float(drafts),
+        draft_tokens=float(drafts * len(per_position)),
+        accepted_tokens=float(sum(accepted.values())),
+        accepted_per_pos={i: float(v) for i, v in accepted.items()},
+        present=True,
+    )
+    result = acceptance(SpecCounters(present=True), after)
+    result["window"] = "after llama-benchy's warm-up run"
+    return result
+
+
+def provenance_record(
+    config: Mapping[str, Any],
+    cell: str,
+    *,
+    host: Mapping[str, Any],
+    engine: Mapping[str, Any],
+    load_generator: str = "llama-benchy",
+    load_generator_version: str | None = "0.4.0",
+    spec: Mapping[str, Any] | None = None,
+    started_at: str = "2026-07-09T12:00:00.000+00:00",
+    finished_at: str = "2026-07-09T12:01:00.000+00:00",
+    bench_wall_s: float | None = 55.0,
+) -> dict[str, Any]:
+    """A provenance record with the keys gridbench.cell.run_cell writes."""
+    from gridbench.grid import ServingConfig
+
+    cfg = ServingConfig.from_dict(config)
+    argv = [*cfg.engine.command, "--model", cfg.checkpoint.model, *cfg.serve_args]
+    record = {
+        "schema": provenance_module.SCHEMA,
+        "cell": cell,
+        "config": cfg.name,
+        "fingerprint": cfg.fingerprint(),
+        "effective_config": provenance_module.redact_config(cfg.to_dict()),
+        "engine": {
+            "kind": cfg.engine.kind,
+            "runtime": cfg.engine.runtime,
+            "image": cfg.engine.image,
+            "image_id": None,
+            "image_digest": None,
+            "command": list(cfg.engine.command),
+            "version": None,
+            "serve_argv": argv,
+            "serve_command": " ".join(argv),
+            "base_url": f"http://{cfg.engine.host}:{cfg.engine.port}",
+            "slot": "0",
+            "started_at": started_at,
+            "startup_s": 300.0,
+            "reused": True,
+            **engine,
+        },
+        "host": {
+            "hostname": "host",
+            "platform": "Linux",
+            "machine": "aarch64",
+            "cpu_count": 20,
+            "python": "3.12.3",
+            "gpu": None,
+            "gpu_count": 0,
+            "driver": None,
+            **host,
+        },
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "versions": {
+            "gridbench": "0.1.0",
+            "load_generator": load_generator,
+            "load_generator_version": load_generator_version,
+        },
+        "prefix_cache_reset": True,
+        "spec_decode": dict(spec) if spec else None,
+    }
+    if load_generator == "llama-benchy":
+        record["bench"] = {
+            "argv": ["llama-benchy", "--depth", "0"],
+            "started_at": started_at,
+            "finished_at": finished_at,
+            "wall_s": bench_wall_s,
+            "discarded_attempts": [],
+        }
+    return record
+
+
+NATURAL_LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "req_tok_s")
+
+
+def natural_raw(
+    config: str,
+    prompt_class: str,
+    concurrency: int,
+    *,
+    output_tok_s: float,
+    ttft_ms: tuple[float, float],
+    tpot_ms: tuple[float, float],
+    output_tokens: int,
+    wall_s: float,
+    requests: int = 16,
+    errored: int = 0,
+    spec: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The natural harness's JSON (schema gridbench.natural.v1); (p50, p95) latencies."""
+    ttft_p50, ttft_p95 = ttft_ms
+    tpot_p50, tpot_p95 = tpot_ms
+    records = []
+    for i in range(requests):
+        failed = i >= requests - errored
+        spread = (i % 4) / 3  # 0 .. 1
+        ttft = ttft_p50 + (ttft_p95 - ttft_p50) * spread
+        tpot = tpot_p50 + (tpot_p95 - tpot_p50) * spread
+        e2e = ttft + tpot * (output_tokens - 1)
+        records.append(
+            {
+                "index": i,
+                "status": "errored" if failed else "ok",
+                "error": "HTTP 500: Internal Server Error" if failed else None,
+                "start_s": round(i / max(1, concurrency) * e2e / 1000, 3),
+                "ttft_ms": None if failed else ttft,
+                "e2e_ms": None if failed else e2e,
+                "tpot_ms": None if failed else tpot,
+                "output_tokens": None if failed else output_tokens,
+                "tokens_per_s": None if failed else output_tokens / e2e * 1000,
+                "itl_ms": [] if failed else [tpot] * 4,
+                "finish_reason": None if failed else "length",
+            }
+        )
+    e2e_p50 = ttft_p50 + tpot_p50 * (output_tokens - 1)
+    e2e_p95 = ttft_p95 + tpot_p95 * (output_tokens - 1)
+    stats = {
+        "ttft_ms": (ttft_p50, ttft_p95),
+        "tpot_ms": (tpot_p50, tpot_p95),
+        "itl_ms": (tpot_p50, tpot_p95),
+        "e2e_ms": (e2e_p50, e2e_p95),
+        "req_tok_s": (output_tokens / e2e_p95 * 1000, output_tokens / e2e_p50 * 1000),
+    }
+    summary: dict[str, Any] = {
+        "requests": requests,
+        "ok": requests - errored,
+        "errored": errored,
+        "incomplete": 0,
+        "error_rate": errored / requests,
+        "wall_s": wall_s,
+        "output_tok_s": output_tok_s,
+        "output_tokens_p50": output_tokens,
+    }
+    for name, (p50, p95) in stats.items():
+        summary.update(
+            {
+                f"{name}_mean": (p50 + p95) / 2,
+                f"{name}_p50": p50,
+                f"{name}_p95": p95,
+                f"{name}_p99": p95 * 1.02,
+            }
+        )
+    summary["percentile_warnings"] = (
+        [f"p99 from {requests} requests is the maximum"] if requests < 100 else []
+    )
+    return {
+        "schema": "gridbench.natural.v1",
+        "config": config,
+        "prompt_class": prompt_class,
+        "concurrency": concurrency,
+        "settings": {
+            "requests": requests,
+            "max_tokens": 512,
+            "temperature": 0,
+            "warmup": 3,
+            "cache_bust": True,
+            "extra_body": {},
+            "prompt": f"a {prompt_class} prompt",
+        },
+        "requests": records,
+        "summary": summary,
+        "spec_decode": dict(spec) if spec else None,
+    }
+
+
+def failure_record(cell: Mapping[str, Any], what: str, reason: str, kind: str = "benchy") -> dict[str, Any]:
+    """A failure record with the keys gridbench.cell writes under results/failures/."""
+    return {
+        "cell": what,
+        "config": cell["config"],
+        "kind": kind,
+        "depth": cell.get("depth"),
+        "prompt_class": cell.get("prompt_class"),
+        "concurrency": cell.get("concurrency"),
+        "error_type": "EngineDiedError",
+        "reason": reason,
+        "hint": "read the engine log; the next cell starts a fresh engine",
+        "exit_code": 1,
+        "engine_log_tail": "",
+        "started_at": "2026-07-09T12:00:00.000+00:00",
+        "failed_at": "2026-07-09T12:00:30.000+00:00",
+        "cell_log": cell.get("log"),
+    }
+
+
+def write_cell(cell: Mapping[str, Any], raw: Mapping[str, Any], prov: Mapping[str, Any], root: Path) -> None:
+    atomic_write_json(root / cell["raw"], raw)
+    atomic_write_json(root / cell["provenance"], prov)

@@ -1,0 +1,212 @@
+"""The statistics behind every statement of the report: the tie rule, speedups, the
+crossover, baselines, acceptance pooling and capacity."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from gridbench.aggregate import analysis
+from gridbench.aggregate.analysis import LOSS, TIE, WIN, Measure
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "outcome"),
+    [
+        (Measure(10.0, 0.3), Measure(9.6, 0.4), TIE),  # |0.4| <= sqrt(0.09 + 0.16) = 0.5
+        (Measure(10.0, 0.3), Measure(9.5, 0.4), TIE),  # exactly the combined spread: still a tie
+        (Measure(10.0, 0.3), Measure(9.4, 0.4), WIN),
+        (Measure(9.4, 0.4), Measure(10.0, 0.3), LOSS),
+        (Measure(8.9, 0.0), Measure(8.9, 0.0), TIE),
+        (Measure(8.91, 0.0), Measure(8.9, 0.0), WIN),  # no spread: any difference counts
+    ],
+)
+def test_tie_rule(a, b, outcome):
+    assert a.versus(b) == outcome
+
+
+def test_missing_std_counts_as_zero():
+    assert Measure.of(5.0, None) == Measure(5.0, 0.0)
+    assert Measure.of(5.0, pd.NA) == Measure(5.0, 0.0)
+    assert Measure.of(None, 1.0) is None
+    assert Measure.of(float("nan"), 1.0) is None
+
+
+def test_ratio_propagates_relative_spread():
+    ratio = Measure(8.9, 0.089).ratio(Measure(4.5, 0.045))  # 1 % each
+    assert ratio.mean == pytest.approx(8.9 / 4.5)
+    assert ratio.std == pytest.approx(8.9 / 4.5 * math.sqrt(2) * 0.01)
+
+
+def frame(rows):
+    """A dataset frame from (config, depth, decode, std, method, engine, checkpoint)."""
+    records = []
+    for config, depth, decode, std, method, engine, checkpoint in rows:
+        records.append(
+            {
+                "config": config,
+                "config_label": config,
+                "engine": engine,
+                "engine_label": engine,
+                "checkpoint": checkpoint,
+                "quantization": checkpoint.upper(),
+                "speculation": method,
+                "speculation_label": method,
+                "speculation_method": method,
+                "context_tokens": depth,
+                "status": "ok" if decode is not None else "failed",
+                "decode_tps": decode,
+                "decode_tps_std": std,
+                "active_weight_gb": 23.0,
+            }
+        )
+    return pd.DataFrame.from_records(records)
+
+
+def spec_pair(spec_values, base_values, depths):
+    rows = [
+        ("spec", d, v, s, "dflash", "aeon", "nvfp4") for d, (v, s) in zip(depths, spec_values, strict=True)
+    ]
+    rows += [
+        ("base", d, v, s, "none", "aeon", "nvfp4") for d, (v, s) in zip(depths, base_values, strict=True)
+    ]
+    return frame(rows)
+
+
+def test_crossover_between_last_win_and_next_depth():
+    depths = [0, 4096, 8192, 12288, 65536]
+    data = spec_pair(
+        [(26.0, 0.8), (23.0, 0.7), (21.0, 0.6), (7.5, 0.2), (5.7, 0.2)],
+        [(8.9, 0.04), (8.8, 0.04), (8.7, 0.04), (8.6, 0.04), (7.7, 0.04)],
+        depths,
+    )
+    (speedup,) = analysis.speedups(data, {})
+    assert speedup.baseline == "base"
+    assert speedup.crossover == (8192, 12288)
+    assert speedup.first_loss_after_crossover == 12288
+    assert [p.outcome for p in speedup.points] == [WIN, WIN, WIN, LOSS, LOSS]
+    assert speedup.runs() == [(WIN, 0, 8192), (LOSS, 12288, 65536)]
+
+
+def test_a_tie_after_the_wins_still_ends_them():
+    data = spec_pair(
+        [(12.0, 0.1), (8.75, 0.1), (7.0, 0.1)], [(8.9, 0.1), (8.7, 0.1), (8.6, 0.1)], [0, 8192, 16384]
+    )
+    (speedup,) = analysis.speedups(data, {})
+    assert speedup.crossover == (0, 8192)
+    assert speedup.first_loss_after_crossover == 16384
+
+
+@pytest.mark.parametrize(
+    ("spec_values", "crossover"),
+    [
+        ([(12.0, 0.1), (11.0, 0.1)], None),  # always faster
+        ([(5.0, 0.1), (4.0, 0.1)], None),  # never faster
+        ([(8.9, 0.1), (12.0, 0.1)], None),  # starts with a tie: no leading wins to stop
+    ],
+)
+def test_no_crossover(spec_values, crossover):
+    data = spec_pair(spec_values, [(8.9, 0.1), (8.7, 0.1)], [0, 8192])
+    (speedup,) = analysis.speedups(data, {})
+    assert speedup.crossover is crossover
+
+
+def test_baselines_from_the_study_then_same_engine_and_checkpoint():
+    data = frame(
+        [
+            ("bf16_n0", 0, 4.5, 0.0, "none", "aeon", "bf16"),
+            ("nvfp4_n0", 0, 8.9, 0.0, "none", "aeon", "nvfp4"),
+            ("nvfp4_stock_n0", 0, 8.9, 0.0, "none", "stock", "nvfp4"),
+            ("nvfp4_dfl8", 0, 26.0, 0.0, "dflash", "aeon", "nvfp4"),
+            ("bf16_dfl8", 0, 13.0, 0.0, "dflash", "aeon", "bf16"),
+            ("lonely_dfl", 0, 13.0, 0.0, "dflash", "other", "bf16"),
+        ]
+    )
+    assert analysis.baselines(data, {}) == {"nvfp4_dfl8": "nvfp4_n0", "bf16_dfl8": "bf16_n0"}
+    study = {"baseline": {"nvfp4_n0": "bf16_n0", "bf16_dfl8": "nvfp4_dfl8", "lonely_dfl": "missing"}}
+    assert analysis.baselines(data, study) == {
+        "nvfp4_n0": "bf16_n0",
+        "nvfp4_dfl8": "nvfp4_n0",
+        "bf16_dfl8": "nvfp4_dfl8",
+    }
+
+
+def test_failed_cells_are_left_out_of_speedups():
+    data = spec_pair([(12.0, 0.1), (None, None)], [(8.9, 0.1), (8.7, 0.1)], [0, 8192])
+    (speedup,) = analysis.speedups(data, {})
+    assert [p.depth for p in speedup.points] == [0]
+
+
+def test_pick_depths_prefers_the_standard_ones():
+    seed = [0, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152, 65536]
+    assert analysis.pick_depths(seed, analysis.SUMMARY_DECODE_DEPTHS, 4) == [0, 4096, 16384, 32768]
+    assert analysis.pick_depths(seed, analysis.SUMMARY_TTFT_DEPTHS, 2) == [16384, 32768]
+    assert analysis.pick_depths([0, 256, 512, 1024], analysis.SUMMARY_DECODE_DEPTHS, 4) == [0, 256, 512, 1024]
+    assert analysis.pick_depths([0, 256, 512, 1024, 1536], analysis.SUMMARY_TTFT_DEPTHS, 2) == [0, 1536]
+    assert analysis.pick_depths([], analysis.SUMMARY_TTFT_DEPTHS, 2) == []
+
+
+def test_acceptance_per_position_weights_cells_by_their_drafts():
+    data = frame(
+        [
+            ("spec", 0, 10.0, 0.0, "dflash", "aeon", "nvfp4"),
+            ("spec", 8192, 8.0, 0.0, "dflash", "aeon", "nvfp4"),
+        ]
+    )
+    data["acceptance_per_position"] = ["[0.8, 0.4]", "[0.2, 0.1]"]
+    data["spec_drafts"] = [300.0, 100.0]
+    assert analysis.acceptance_by_position(data) == {"spec": pytest.approx([0.65, 0.325])}
+
+
+def test_capacity_is_the_highest_level_meeting_every_target():
+    rows = []
+    for c, ttft, tpot in [(1, 557, 15.1), (4, 796, 27.0), (8, 883, 36.8), (16, 1654, 58.7)]:
+        rows.append(
+            {
+                "config": "k5",
+                "prompt_class": "code",
+                "concurrency": c,
+                "status": "ok",
+                "ttft_ms_p50": ttft,
+                "tpot_ms_p50": tpot,
+            }
+        )
+    rows.append(
+        {
+            "config": "k5",
+            "prompt_class": "dialogue",
+            "concurrency": 1,
+            "status": "ok",
+            "ttft_ms_p50": 549,
+            "tpot_ms_p50": 50.3,
+        }
+    )
+    rows.append(
+        {
+            "config": "k5",
+            "prompt_class": "prose",
+            "concurrency": 1,
+            "status": "failed",
+            "ttft_ms_p50": None,
+            "tpot_ms_p50": None,
+        }
+    )
+    caps = analysis.capacities(pd.DataFrame(rows), {"ttft_ms_p50": 1000, "tpot_ms_p50": 50})
+    assert [(c.prompt_class, c.concurrency) for c in caps] == [
+        ("code", 8),
+        ("dialogue", None),
+        ("prose", None),
+    ]
+    assert caps[0].first_miss["concurrency"] == 16
+    assert caps[2].first_miss is None  # nothing was measured there
+
+
+def test_roofline_is_decode_over_bandwidth_per_active_weights():
+    data = frame([("nvfp4_dfl5", 0, 77.0, 1.2, "dflash", "aeon", "nvfp4")])
+    data["active_weight_gb"] = [1.5]
+    (line,) = analysis.rooflines(data, 273)
+    assert line.ceiling_tok_s == pytest.approx(182.0)
+    assert line.realised == pytest.approx(77.0 / 182.0)
+    assert analysis.rooflines(data, None) == []

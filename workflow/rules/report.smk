@@ -1,0 +1,103 @@
+# Graphs and comparison.md from the datasets; every output is registered for
+# `snakemake --report report.html`.
+
+
+rule plot_depth_graphs:
+    input:
+        "dataset/dataset.parquet",
+    output:
+        report(
+            "graphs/decode_vs_context.png",
+            caption="../report/decode_vs_context.rst",
+            category="Graphs",
+            subcategory="Context depth",
+        ),
+        report(
+            "graphs/ttft_vs_context.png",
+            caption="../report/ttft_vs_context.rst",
+            category="Graphs",
+            subcategory="Context depth",
+        ),
+        report(
+            "graphs/prefill_vs_context.png",
+            caption="../report/prefill_vs_context.rst",
+            category="Graphs",
+            subcategory="Context depth",
+        ),
+        report(
+            "graphs/decode_grouped.png",
+            caption="../report/decode_grouped.rst",
+            category="Graphs",
+            subcategory="Context depth",
+        ),
+        report(
+            "graphs/ttft_grouped.png",
+            caption="../report/ttft_grouped.rst",
+            category="Graphs",
+            subcategory="Context depth",
+        ),
+        report(
+            "graphs/speedup_vs_context.png",
+            caption="../report/speedup_vs_context.rst",
+            category="Graphs",
+            subcategory="Speedup and acceptance",
+        ),
+        report(
+            "graphs/acceptance_per_position.png",
+            caption="../report/acceptance_per_position.rst",
+            category="Graphs",
+            subcategory="Speedup and acceptance",
+        ),
+    log:
+        "logs/graphs/depth.log",
+    params:
+        grid=GRID_FILE,
+    shell:
+        "gridbench plot depth --grid {params.grid:q} --dataset {input:q} --outdir graphs > {log:q} 2>&1"
+
+
+rule plot_natural_graphs:
+    input:
+        "dataset/natural.parquet",
+    output:
+        report(
+            "graphs/natural_tok_s_vs_concurrency.png",
+            caption="../report/natural_tok_s_vs_concurrency.rst",
+            category="Graphs",
+            subcategory="Natural prompts",
+        ),
+        report(
+            "graphs/natural_ttft_vs_concurrency.png",
+            caption="../report/natural_ttft_vs_concurrency.rst",
+            category="Graphs",
+            subcategory="Natural prompts",
+        ),
+        report(
+            "graphs/natural_tpot_vs_concurrency.png",
+            caption="../report/natural_tpot_vs_concurrency.rst",
+            category="Graphs",
+            subcategory="Natural prompts",
+        ),
+    log:
+        "logs/graphs/natural.log",
+    shell:
+        "gridbench plot natural --dataset {input:q} --outdir graphs > {log:q} 2>&1"
+
+
+rule render_report:
+    input:
+        unpack(get_report_inputs),
+    output:
+        report(
+            "dataset/comparison.md",
+            caption="../report/comparison.rst",
+            category="Report",
+        ),
+    log:
+        "logs/report/render_report.log",
+    params:
+        grid=GRID_FILE,
+        natural=get_report_natural_option,
+    shell:
+        "gridbench report --grid {params.grid:q} --dataset {input.dataset:q} {params.natural}"
+        " --graphs {input.graphs:q} --out {output:q} > {log:q} 2>&1"
