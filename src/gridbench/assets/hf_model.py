@@ -8,10 +8,10 @@ behave like well-mannered benchmark targets:
 * channel 0 of the residual stream is a constant (the embeddings set it, no layer writes
   it) that the output rows of control and byte tokens weigh very negatively, so generation
   never emits EOS and always yields exactly ``max_tokens`` printable tokens;
-* nothing else is shared between two models of different seeds, so a draft drawn from
-  another seed agrees with the target about as often as chance allows (acceptance near 0),
-  while a draft written from the target's own seed and shape is the target itself
-  (acceptance near 1 at temperature 0). These two extremes check acceptance end to end.
+* two models of different seeds share no weights, so a draft drawn from another seed
+  agrees with the target about as often as chance allows (acceptance near 0), while a
+  draft written from the target's own seed and shape is the target itself (acceptance
+  near 1 at temperature 0). These two extremes check acceptance end to end.
 
 Weights are float32; vLLM's ``--dtype`` decides the precision they are served in.
 """
@@ -35,7 +35,7 @@ _EMBED_STD = 1.0
 _OUTPUT_STD = 0.5
 # Logit weight of the constant channel on tokens that must never be generated.
 _FORBIDDEN_LOGIT = -1000.0
-UNK, BOS, EOS_TEXT, IM_START, IM_END = "<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"
+UNK, BOS, EOS_TEXT, IM_END = "<unk>", "<s>", "</s>", "<|im_end|>"
 
 
 @dataclass(frozen=True, slots=True)
