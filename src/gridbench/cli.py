@@ -255,6 +255,14 @@ def cmd_assets_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_assets_vllm_models(args: argparse.Namespace) -> int:
+    from gridbench.assets.hf_model import write_vllm_test_models
+
+    for path in write_vllm_test_models(args.outdir):
+        print(f"wrote {path}")
+    return 0
+
+
 def cmd_assets_gguf(args: argparse.Namespace) -> int:
     from gridbench.assets.gguf_model import ModelShape, write_tiny_llama_gguf
 
@@ -350,6 +358,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = asub.add_parser("demo-models", help="the demo grid's GGUF models and tokenizer")
     p.add_argument("--outdir", required=True, type=Path)
     p.set_defaults(func=cmd_assets_demo)
+    p = asub.add_parser(
+        "vllm-models", help="the CPU vLLM grid's HF-format target, self-draft and random draft"
+    )
+    p.add_argument("--outdir", required=True, type=Path)
+    p.set_defaults(func=cmd_assets_vllm_models)
     p = asub.add_parser("gguf", help="one random-weight llama GGUF of any size")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--n-embd", type=int, default=512)

@@ -48,10 +48,10 @@ def vllm_serve_args(cfg: ServingConfig, host: str, port: int) -> list[str]:
         str(serving.max_model_len),
         "--gpu-memory-utilization",
         _fraction(serving.gpu_memory_utilization),
-        "--tensor-parallel-size",
-        str(serving.tensor_parallel_size),
         "--enable-prefix-caching" if serving.prefix_caching else "--no-enable-prefix-caching",
         "--enable-chunked-prefill" if serving.chunked_prefill else "--no-enable-chunked-prefill",
+        "--tensor-parallel-size",
+        str(serving.tensor_parallel_size),
     ]
     if spec.enabled:
         if spec.cli_form == "flags":

@@ -26,7 +26,7 @@ def docker_run_argv(cfg: ServingConfig, port: int, name: str = "gridbench-0-CONF
     if engine.shm_size:
         argv += ["--shm-size", engine.shm_size]
     for limit, value in engine.ulimits.items():
-        argv += ["--ulimit", f"{limit}={value}:{value}"]
+        argv += ["--ulimit", f"{limit}={value}"]  # one value sets soft and hard, as the config does
     if engine.privileged:
         argv.append("--privileged")
     for volume in cfg.all_volumes:

@@ -130,12 +130,26 @@ def engine_version(kind: str, base_url: str, headers: Mapping[str, str] | None =
         return None
 
 
+def prefix_cache_was_reset(status: int, body: str) -> bool:
+    """Whether vLLM's answer to POST /reset_prefix_cache means the cache is empty.
+
+    vLLM serves the route only with VLLM_SERVER_DEV_MODE=1 (404 otherwise). vLLM 0.32
+    answers 200 with {"success": false} while blocks are still held; older releases
+    answered 200 with an empty body."""
+    if status != 200:
+        return False
+    try:
+        answer = json.loads(body)
+    except json.JSONDecodeError:
+        return True
+    return not isinstance(answer, dict) or answer.get("success", True) is True
+
+
 def reset_prefix_cache(kind: str, base_url: str, headers: Mapping[str, str] | None = None) -> bool:
     """Empty the engine's prefix cache where the server allows it; True when it did."""
     if kind != "vllm":
         return False  # llama.cpp reuses slots per request; gridbench sends cache_prompt=false
-    status, _ = http_post(base_url + "/reset_prefix_cache", headers=headers)
-    return status == 200
+    return prefix_cache_was_reset(*http_post(base_url + "/reset_prefix_cache", headers=headers))
 
 
 def fetch_metrics(base_url: str, headers: Mapping[str, str] | None = None) -> str | None:

