@@ -55,12 +55,11 @@ machine() {
 }
 
 python_env() {
-    if compgen -G "$carry/whl/*.whl" > /dev/null; then
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-            --target "$site" "$carry"/whl/*.whl || return 1
-    fi
+    local wheels=()
+    compgen -G "$carry/whl/*.whl" > /dev/null && wheels=("$carry"/whl/*.whl)
+    # one install: a second --target install would replace the first one's bin/
     python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir \
-        --upgrade --target "$site" . || return 1
+        --upgrade --target "$site" "${wheels[@]}" . || return 1
     export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PATH="$site/bin:$PATH"
     python3 -c 'import gridbench, snakemake, gguf, llama_benchy, jsonschema' &&
         snakemake --version && command -v gridbench llama-benchy
