@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 study in one command, on a GPU machine with nvcc, CMake and Ninja but no package
 # registry (everything it lacks comes in the carry folder of scripts/prepare_device_carry.sh):
-#   1. install the carried wheels and gridbench itself into a private folder (PYTHONPATH);
+#   1. install the carried wheels into a private folder (PYTHONPATH), gridbench from src/;
 #   2. build llama.cpp with CUDA, or reuse a build (carried, or left by an earlier run),
 #      writing the F16 model meanwhile;
 #   3. quantize the models (scripts/prepare_gpu_models.sh);
@@ -55,14 +55,23 @@ machine() {
 }
 
 python_env() {
-    local wheels=()
-    compgen -G "$carry/whl/*.whl" > /dev/null && wheels=("$carry"/whl/*.whl)
-    # one install: a second --target install would replace the first one's bin/
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir \
-        --upgrade --target "$site" "${wheels[@]}" . || return 1
-    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PATH="$site/bin:$PATH"
+    if compgen -G "$carry/whl/*.whl" > /dev/null; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target "$site" "$carry"/whl/*.whl || return 1
+    fi
+    # gridbench itself runs from this tree's src/ (no build tools needed), by the same
+    # entry point its console script has
+    mkdir -p "$site/bin"
+    printf '#!%s\nimport sys\nfrom gridbench.cli import main\nsys.exit(main())\n' "$(command -v python3)" \
+        > "$site/bin/gridbench"
+    chmod +x "$site/bin/gridbench"
+    use_python_env
     python3 -c 'import gridbench, snakemake, gguf, llama_benchy, jsonschema' &&
         snakemake --version && command -v gridbench llama-benchy
+}
+
+use_python_env() {
+    export PYTHONPATH="$PWD/src:$site${PYTHONPATH:+:$PYTHONPATH}" PATH="$site/bin:$PATH"
 }
 
 unpack_carried_build() {
@@ -131,8 +140,7 @@ pack() {
 
 echo "gridbench GPU study: ${configs[*]}, budget $budget s, carry $carry, out $out"
 timed machine machine
-if timed python_env python_env; then
-    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PATH="$site/bin:$PATH"
+if timed python_env python_env; then # (its PATH and PYTHONPATH stay set)
     timed unpack_carried_build unpack_carried_build
     [ -f "$llamacpp/bin/BUILD_STAMP" ] && cp "$llamacpp/bin/BUILD_STAMP" "$llamacpp/bin/.carried"
     # the F16 model needs no llama.cpp: write it while llama.cpp builds
