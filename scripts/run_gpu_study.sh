@@ -122,6 +122,14 @@ finish() {
         [ -n "$grid" ] && gridbench dataset --grid "$grid" --csv dataset/dataset.csv \
             --json dataset/dataset.json --parquet dataset/dataset.parquet
     fi
+    [ -s dataset/dataset.csv ] && python3 - << 'SUMMARY'
+import pandas as pd
+
+frame = pd.read_csv("dataset/dataset.csv")
+wanted = ["config", "context_tokens", "status", "decode_tps", "ttft_ms", "prefill_tps",
+          "acceptance_rate", "mean_acceptance_length", "engine_startup_s"]
+print(frame[[c for c in wanted if c in frame.columns]].to_string(index=False))
+SUMMARY
 }
 
 pack() {
