@@ -112,8 +112,8 @@ def test_llamacpp_ngram_types_take_their_own_draft_length_flag():
     argv = list(launch_plan(grid.configs["F16_ngram16"], 9000).argv)
     assert argv[argv.index("--spec-type") : argv.index("--spec-type") + 4] == [
         "--spec-type",
-        "ngram-simple",
-        "--spec-ngram-simple-size-m",
+        "ngram-mod",
+        "--spec-ngram-mod-n-max",
         "16",
     ]
     assert "--spec-draft-n-max" not in argv
