@@ -7,7 +7,7 @@
 #   3. quantize the models (scripts/prepare_gpu_models.sh);
 #   4. run the study through Snakemake, stopped in time to pack whatever happens;
 #   5. pack results/, dataset/, graphs/, comparison.md and logs/ into $OUT.
-# Every step's time goes to the log and to timings.tsv.
+# Every step's time goes to the log and to logs/gpu/timings.tsv.
 #   usage: OUT=DIR bash scripts/run_gpu_study.sh [SNAKEMAKE_ARGS...]
 #          (e.g. --config config=F16_none,Q4_0_none to run only those configs)
 #   env:   CARRY         the carry folder (.device-carry)
@@ -16,7 +16,7 @@
 #                        PACK_S (40) before that
 # $OUT receives at most 8 files: run.log, study.tar.gz, dataset.csv, comparison.md and,
 # when this run built llama.cpp, llamacpp-cuda-bin.tar.gz (split into .part-* pieces of
-# 15 MiB when larger) to carry next time instead of building again.
+# 15 MiB when larger: 4 for the CUDA build) to carry next time instead of building again.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -134,7 +134,6 @@ SUMMARY
 
 pack() {
     local paths=()
-    cp "$timings" "$out/timings.tsv" 2>/dev/null
     for path in results dataset graphs comparison.md report.html logs .gridbench/grid-*.json \
         resources/models/h200/weight_gb.tsv resources/models/h200/SHAPE resources/models/h200/quantize-*.log \
         "$llamacpp"/cmake-*.log "$llamacpp"/bin/BUILD_STAMP; do
