@@ -203,3 +203,22 @@ def test_ci_vllm_process_overlay_command():
         '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4,"prompt_lookup_min":2}',
         "--enforce-eager",
     ]
+
+
+def test_llamacpp_ngram_types_take_their_own_draft_length_flag():
+    grid = load_config_files([REPO / "config/studies/h200-llamacpp.yaml"])
+    argv = list(launch_plan(grid.configs["F16_ngram16"], 9000).argv)
+    assert argv[argv.index("--spec-type") : argv.index("--spec-type") + 4] == [
+        "--spec-type",
+        "ngram-mod",
+        "--spec-ngram-mod-n-max",
+        "16",
+    ]
+    assert "--spec-draft-n-max" not in argv
+    draft = list(launch_plan(grid.configs["Q4_0_draft8"], 9000).argv)
+    assert draft[0] == "resources/llamacpp-cuda/bin/llama-server"
+    assert draft[draft.index("-md") + 1 : draft.index("-md") + 4] == [
+        "resources/models/h200/target-q4_0.gguf",
+        "--spec-draft-n-max",
+        "8",
+    ]

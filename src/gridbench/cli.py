@@ -264,11 +264,29 @@ def cmd_assets_vllm_models(args: argparse.Namespace) -> int:
 
 
 def cmd_assets_gguf(args: argparse.Namespace) -> int:
-    from gridbench.assets.gguf_model import ModelShape, write_tiny_llama_gguf
+    from gridbench.assets.gguf_model import ModelShape, write_random_llama_gguf
 
-    shape = ModelShape(args.n_embd, args.n_layer, args.n_ff, args.head_dim, args.n_ctx)
-    write_tiny_llama_gguf(args.out, shape, args.file_type, layer_seed=args.layer_seed)
+    shape = ModelShape(args.n_embd, args.n_layer, args.n_ff, args.head_dim, args.n_ctx, args.n_head_kv)
+    write_random_llama_gguf(args.out, shape, args.file_type, layer_seed=args.layer_seed, threads=args.threads)
+    print(f"wrote {args.out} ({shape.parameters / 1e9:.2f} B layer parameters)")
+    return 0
+
+
+def cmd_assets_tokenizer(args: argparse.Namespace) -> int:
+    from gridbench.assets.tokenizer import write_tokenizer
+
+    write_tokenizer(args.out)
     print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_assets_weight_gb(args: argparse.Namespace) -> int:
+    from gridbench.assets.gguf_model import active_weight_bytes
+
+    for path in args.files:
+        if not path.is_file():
+            raise GridbenchError(f"no GGUF file at {path}")
+        print(f"{path}\t{active_weight_bytes(path) / 1e9:.4f}")
     return 0
 
 
@@ -369,10 +387,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-layer", type=int, default=6)
     p.add_argument("--n-ff", type=int, default=1536)
     p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--n-head-kv", type=int, default=None, help="K/V heads (grouped-query attention)")
     p.add_argument("--n-ctx", type=int, default=4096)
     p.add_argument("--file-type", default="f16", choices=["f32", "f16", "q8_0"])
     p.add_argument("--layer-seed", type=int, default=1)
+    p.add_argument("--threads", type=int, default=None, help="threads making tensors (default: cores, ≤ 16)")
     p.set_defaults(func=cmd_assets_gguf)
+    p = asub.add_parser("tokenizer", help="the tokenizer.json matching the generated models' vocab")
+    p.add_argument("--out", required=True, type=Path)
+    p.set_defaults(func=cmd_assets_tokenizer)
+    p = asub.add_parser(
+        "weight-gb", help="GB of weights a decoded token reads, per GGUF file (checkpoints' active_weight_gb)"
+    )
+    p.add_argument("files", nargs="+", type=Path, metavar="GGUF")
+    p.set_defaults(func=cmd_assets_weight_gb)
     return parser
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gridbench.assets.gguf_model import ModelShape, write_tiny_llama_gguf
+from gridbench.assets.gguf_model import ModelShape, write_random_llama_gguf
 from gridbench.assets.tokenizer import write_tokenizer
 
 TARGET = ModelShape(n_embd=256, n_layer=4, n_ff=768, head_dim=64)
@@ -17,9 +17,9 @@ DEMO_FILES = ("target-f16.gguf", "target-q8_0.gguf", "draft-q8_0.gguf", "tokeniz
 def write_demo_models(outdir: Path) -> list[Path]:
     outdir.mkdir(parents=True, exist_ok=True)
     paths = [
-        write_tiny_llama_gguf(outdir / "target-f16.gguf", TARGET, "f16"),
-        write_tiny_llama_gguf(outdir / "target-q8_0.gguf", TARGET, "q8_0"),
-        write_tiny_llama_gguf(outdir / "draft-q8_0.gguf", DRAFT, "q8_0", layer_seed=2),
+        write_random_llama_gguf(outdir / "target-f16.gguf", TARGET, "f16"),
+        write_random_llama_gguf(outdir / "target-q8_0.gguf", TARGET, "q8_0"),
+        write_random_llama_gguf(outdir / "draft-q8_0.gguf", DRAFT, "q8_0", layer_seed=2),
         write_tokenizer(outdir / "tokenizer.json"),
     ]
     return paths

@@ -1,4 +1,5 @@
-"""Deterministic random-weight llama GGUF models, written offline for the CPU test engine.
+"""Deterministic random-weight llama GGUF models, written offline: the CPU test engine's
+small models and the GPU studies' multi-billion-parameter ones.
 
 Two weight tricks make the models behave like well-mannered benchmark targets:
 
@@ -9,12 +10,18 @@ Two weight tricks make the models behave like well-mannered benchmark targets:
   decided mostly by the current token's embedding and the output matrix. A *draft* with
   the same embedding and output matrix but fewer, thinner layers therefore predicts the
   target's tokens most of the time: a small draft model with a high acceptance rate.
+  A quantized copy of the target itself (llama-quantize to Q4_0, say) agrees with it
+  on nearly every token: a draft whose acceptance should come out close to 1.
 
 The " Paris" token also gets +3 logits so llama-benchy's coherence check passes.
 """
 
 from __future__ import annotations
 
+import os
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,17 +43,39 @@ _WEIGHT_STD = 0.02
 # Layers write updates this much smaller than the token embeddings' own signal, so the
 # current token dominates the next-token logits (see the module docstring).
 _LAYER_UPDATE_SCALE = 0.05
+# Layer weights take one of 256 evenly spaced levels of unit variance: one random byte per
+# weight and a table look-up, about ten times faster than normal draws, which is what
+# makes a multi-billion-parameter model a matter of seconds.
+_UNIT_LEVELS = ((np.arange(256) - 127.5) / np.sqrt((256**2 - 1) / 12)).astype(np.float32)
 
 
 @dataclass(frozen=True, slots=True)
 class ModelShape:
-    """Width and depth of a generated model; ``head_dim`` fixes the head count."""
+    """Width and depth of a generated model; ``head_dim`` fixes the head count, and
+    ``n_head_kv`` (grouped-query attention; all heads when None) the K/V head count."""
 
     n_embd: int = 64
     n_layer: int = 2
     n_ff: int = 256
     head_dim: int = 16
     n_ctx: int = 4096
+    n_head_kv: int | None = None
+
+    @property
+    def n_head(self) -> int:
+        return self.n_embd // self.head_dim
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_head if self.n_head_kv is None else self.n_head_kv
+
+    @property
+    def parameters(self) -> int:
+        """Matrix parameters of the layers (embedding and output excluded)."""
+        n_kv = self.kv_heads * self.head_dim
+        return self.n_layer * (
+            2 * self.n_embd * self.n_embd + 2 * n_kv * self.n_embd + 3 * self.n_ff * self.n_embd
+        )
 
 
 def vocab() -> tuple[list[str], list[float], list[int], int, int]:
@@ -109,31 +138,132 @@ def _shared_weights(n_vocab: int, n_embd: int, first_word: int, paris_id: int):
     return embedding, output
 
 
-def write_tiny_llama_gguf(
-    path: Path, shape: ModelShape = ModelShape(), file_type: str = "f32", layer_seed: int = 1
+# Makes a tensor's values in the float type asked for.
+Maker = Callable[[type[np.floating]], np.ndarray]
+
+
+@dataclass(frozen=True, slots=True)
+class _Tensor:
+    """One tensor of the file: its name, numpy shape, and how to make its float values."""
+
+    name: str
+    shape: tuple[int, ...]
+    make: Maker
+    matrix: bool = True  # matrices take the file type; norm vectors stay F32, as llama.cpp does
+
+
+def _random_matrix(seed: tuple[int, ...], shape: tuple[int, int], std: float) -> Maker:
+    """Weights drawn from ``_UNIT_LEVELS`` scaled to ``std``, from their own seed, so any
+    tensor can be made on any thread in any order and still come out the same."""
+
+    def make(dtype: type[np.floating]) -> np.ndarray:
+        levels = np.random.default_rng(seed).integers(0, 256, size=shape, dtype=np.uint8)
+        return (_UNIT_LEVELS * std).astype(dtype)[levels]
+
+    return make
+
+
+def _constant(values: np.ndarray) -> Maker:
+    return lambda dtype: values.astype(dtype)
+
+
+def _tensors(
+    shape: ModelShape, n_vocab: int, first_word: int, paris_id: int, layer_seed: int
+) -> list[_Tensor]:
+    """Every tensor in file order; the layers' values come from ``layer_seed``."""
+    n_embd, n_ff, n_layer = shape.n_embd, shape.n_ff, shape.n_layer
+    n_kv = shape.kv_heads * shape.head_dim
+    embedding, output = _shared_weights(n_vocab, n_embd, first_word, paris_id)
+    ones = np.ones(n_embd, dtype=np.float32)
+    # Layers write updates this much smaller than the token embeddings' own signal
+    # (see the module docstring), shrinking with depth so the sum over layers stays small.
+    attn_out_std = _LAYER_UPDATE_SCALE / np.sqrt(n_embd * n_embd * n_layer)
+    ffn_down_std = _LAYER_UPDATE_SCALE / np.sqrt(n_embd * n_ff * n_layer)
+    tensors = [_Tensor("token_embd.weight", embedding.shape, _constant(embedding))]
+    for layer in range(n_layer):
+        prefix = f"blk.{layer}."
+        matrices = [
+            ("attn_q", (n_embd, n_embd), _WEIGHT_STD),
+            ("attn_k", (n_kv, n_embd), _WEIGHT_STD),
+            ("attn_v", (n_kv, n_embd), _WEIGHT_STD),
+            ("attn_output", (n_embd, n_embd), attn_out_std),
+            ("ffn_gate", (n_ff, n_embd), _WEIGHT_STD),
+            ("ffn_up", (n_ff, n_embd), _WEIGHT_STD),
+            ("ffn_down", (n_embd, n_ff), ffn_down_std),
+        ]
+        tensors.append(_Tensor(prefix + "attn_norm.weight", ones.shape, _constant(ones), matrix=False))
+        for index, (name, matrix_shape, std) in enumerate(matrices):
+            if name == "ffn_gate":
+                tensors.append(_Tensor(prefix + "ffn_norm.weight", ones.shape, _constant(ones), matrix=False))
+            seed = (layer_seed, layer, index)
+            tensors.append(
+                _Tensor(prefix + name + ".weight", matrix_shape, _random_matrix(seed, matrix_shape, std))
+            )
+    tensors.append(_Tensor("output_norm.weight", ones.shape, _constant(ones), matrix=False))
+    tensors.append(_Tensor("output.weight", output.shape, _constant(output)))
+    return tensors
+
+
+def _encode(tensor: _Tensor, tensor_type: gguf.GGMLQuantizationType) -> np.ndarray:
+    """The tensor's bytes as the file stores them."""
+    if not tensor.matrix or tensor_type == gguf.GGMLQuantizationType.F32:
+        return tensor.make(np.float32)
+    if tensor_type == gguf.GGMLQuantizationType.F16:
+        return tensor.make(np.float16)
+    return gguf.quants.quantize(tensor.make(np.float32), tensor_type)
+
+
+def _add_tensor_info(
+    writer: gguf.GGUFWriter, tensor: _Tensor, tensor_type: gguf.GGMLQuantizationType
+) -> None:
+    count = int(np.prod(tensor.shape))
+    if not tensor.matrix or tensor_type == gguf.GGMLQuantizationType.F32:
+        writer.add_tensor_info(tensor.name, tensor.shape, np.dtype(np.float32), count * 4)
+    elif tensor_type == gguf.GGMLQuantizationType.F16:
+        writer.add_tensor_info(tensor.name, tensor.shape, np.dtype(np.float16), count * 2)
+    else:
+        block, block_bytes = gguf.GGML_QUANT_SIZES[tensor_type]
+        byte_shape = gguf.quants.quant_shape_to_byte_shape(tensor.shape, tensor_type)
+        writer.add_tensor_info(
+            tensor.name, byte_shape, np.dtype(np.uint8), count // block * block_bytes, raw_dtype=tensor_type
+        )
+
+
+def write_random_llama_gguf(
+    path: Path,
+    shape: ModelShape = ModelShape(),
+    file_type: str = "f32",
+    layer_seed: int = 1,
+    threads: int | None = None,
 ) -> Path:
-    """Write a llama-architecture GGUF with an embedded vocab and chat template."""
+    """Write a llama-architecture GGUF with an embedded vocab and chat template.
+
+    Tensors are made on ``threads`` threads and streamed to the file in order, a few at a
+    time, so memory stays at a few tensors whatever the model's size; the file appears
+    under its name only once it is complete."""
     if file_type not in FILE_TYPES:
         raise ValueError(f"file_type {file_type!r} is not one of {sorted(FILE_TYPES)}")
     if shape.n_embd % shape.head_dim:
         raise ValueError(f"n_embd {shape.n_embd} is not a multiple of head_dim {shape.head_dim}")
+    if shape.n_head % shape.kv_heads:
+        raise ValueError(f"{shape.n_head} heads are not a multiple of n_head_kv {shape.kv_heads}")
     llama_file_type, tensor_type = FILE_TYPES[file_type]
     tokens, scores, types, first_word, paris_id = vocab()
-    n_vocab = len(tokens)
-    n_head = shape.n_embd // shape.head_dim
+    threads = threads or min(16, os.cpu_count() or 1)
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name(f"tiny-random-llama-{shape.n_embd}x{shape.n_layer}")
+    partial = path.with_name(f".{path.name}.partial")
+    writer = gguf.GGUFWriter(str(partial), "llama")
+    writer.add_name(f"random-llama-{shape.n_embd}x{shape.n_layer}")
     writer.add_context_length(shape.n_ctx)
     writer.add_embedding_length(shape.n_embd)
     writer.add_block_count(shape.n_layer)
     writer.add_feed_forward_length(shape.n_ff)
-    writer.add_head_count(n_head)
-    writer.add_head_count_kv(n_head)
+    writer.add_head_count(shape.n_head)
+    writer.add_head_count_kv(shape.kv_heads)
     writer.add_rope_dimension_count(shape.head_dim)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_vocab_size(n_vocab)
+    writer.add_vocab_size(len(tokens))
     writer.add_file_type(llama_file_type)
     writer.add_tokenizer_model("llama")
     writer.add_tokenizer_pre("default")
@@ -148,43 +278,32 @@ def write_tiny_llama_gguf(
     writer.add_add_space_prefix(True)
     writer.add_chat_template(CHAT_TEMPLATE)
 
-    def add_matrix(name: str, matrix: np.ndarray) -> None:
-        if tensor_type == gguf.GGMLQuantizationType.F32:
-            writer.add_tensor(name, matrix.astype(np.float32))
-        elif tensor_type == gguf.GGMLQuantizationType.F16:
-            writer.add_tensor(name, matrix.astype(np.float16))
-        else:
-            quantized = gguf.quants.quantize(matrix.astype(np.float32), tensor_type)
-            writer.add_tensor(name, quantized, raw_dtype=tensor_type)
-
-    def add_vector(name: str, vector: np.ndarray) -> None:
-        writer.add_tensor(name, vector.astype(np.float32))  # norms stay F32, as llama.cpp does
-
-    embedding, output = _shared_weights(n_vocab, shape.n_embd, first_word, paris_id)
-    rng = np.random.default_rng(layer_seed)
-    n_embd, n_ff, n_layer = shape.n_embd, shape.n_ff, shape.n_layer
-    add_matrix("token_embd.weight", embedding)
-    for layer in range(n_layer):
-        prefix = f"blk.{layer}."
-        add_vector(prefix + "attn_norm.weight", np.ones(n_embd))
-        for name in ("attn_q", "attn_k", "attn_v"):
-            add_matrix(prefix + name + ".weight", rng.standard_normal((n_embd, n_embd)) * _WEIGHT_STD)
-        add_matrix(
-            prefix + "attn_output.weight",
-            rng.standard_normal((n_embd, n_embd)) * _LAYER_UPDATE_SCALE / np.sqrt(n_embd * n_embd * n_layer),
-        )
-        add_vector(prefix + "ffn_norm.weight", np.ones(n_embd))
-        add_matrix(prefix + "ffn_gate.weight", rng.standard_normal((n_ff, n_embd)) * _WEIGHT_STD)
-        add_matrix(prefix + "ffn_up.weight", rng.standard_normal((n_ff, n_embd)) * _WEIGHT_STD)
-        add_matrix(
-            prefix + "ffn_down.weight",
-            rng.standard_normal((n_embd, n_ff)) * _LAYER_UPDATE_SCALE / np.sqrt(n_embd * n_ff * n_layer),
-        )
-    add_vector("output_norm.weight", np.ones(n_embd))
-    add_matrix("output.weight", output)
-
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    tensors = _tensors(shape, len(tokens), first_word, paris_id, layer_seed)
+    for tensor in tensors:
+        _add_tensor_info(writer, tensor, tensor_type)
+    try:
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        with ThreadPoolExecutor(threads) as pool:
+            pending: deque[Future[np.ndarray]] = deque()
+            for tensor in tensors:
+                pending.append(pool.submit(_encode, tensor, tensor_type))
+                if len(pending) > 2 * threads:  # bounded look-ahead: memory stays flat
+                    writer.write_tensor_data(pending.popleft().result())
+            while pending:
+                writer.write_tensor_data(pending.popleft().result())
+        writer.close()
+        partial.replace(path)
+    except BaseException:
+        writer.close()
+        partial.unlink(missing_ok=True)
+        raise
     return path
+
+
+def active_weight_bytes(path: Path) -> int:
+    """Bytes of weights one decoded token reads: every tensor but the token embedding, of
+    which a token reads one row (the roofline's denominator)."""
+    reader = gguf.GGUFReader(str(path))
+    return sum(int(t.n_bytes) for t in reader.tensors if t.name != "token_embd.weight")

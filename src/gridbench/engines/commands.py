@@ -69,6 +69,16 @@ def vllm_serve_args(cfg: ServingConfig, host: str, port: int) -> list[str]:
     return args + list(cfg.serve_args)
 
 
+# llama.cpp's n-gram types take their draft length from their own flag; the draft-model
+# types (and ngram-cache) from --spec-draft-n-max.
+LLAMACPP_DRAFT_LENGTH_FLAGS = {
+    "ngram-simple": "--spec-ngram-simple-size-m",
+    "ngram-map-k": "--spec-ngram-map-k-size-m",
+    "ngram-map-k4v": "--spec-ngram-map-k4v-size-m",
+    "ngram-mod": "--spec-ngram-mod-n-max",
+}
+
+
 def llamacpp_serve_args(cfg: ServingConfig, host: str, port: int) -> list[str]:
     """``llama-server`` flags; /metrics is always on, since acceptance is read there."""
     ckpt, serving, spec = cfg.checkpoint, cfg.serving, cfg.speculation
@@ -93,7 +103,8 @@ def llamacpp_serve_args(cfg: ServingConfig, host: str, port: int) -> list[str]:
         args += ["--spec-type", spec.method]
         if spec.draft_model:
             args += ["-md", spec.draft_model]
-        args += ["--spec-draft-n-max", str(spec.num_speculative_tokens)]
+        length_flag = LLAMACPP_DRAFT_LENGTH_FLAGS.get(spec.method, "--spec-draft-n-max")
+        args += [length_flag, str(spec.num_speculative_tokens)]
     return args + list(cfg.serve_args)
 
 

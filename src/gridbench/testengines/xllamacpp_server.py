@@ -28,6 +28,18 @@ SPEC_TYPES = {
     "ngram-cache": xlc.common_speculative_type.COMMON_SPECULATIVE_TYPE_NGRAM_CACHE,
 }
 
+# The n-gram types' own settings: flag -> (CommonParams.speculative member, its field).
+NGRAM_FLAGS = {
+    "--spec-ngram-simple-size-n": ("ngram_simple", "size_n"),
+    "--spec-ngram-simple-size-m": ("ngram_simple", "size_m"),
+    "--spec-ngram-simple-min-hits": ("ngram_simple", "min_hits"),
+    "--spec-ngram-map-k-size-m": ("ngram_map_k", "size_m"),
+    "--spec-ngram-map-k4v-size-m": ("ngram_map_k4v", "size_m"),
+    "--spec-ngram-mod-n-max": ("ngram_mod", "n_max"),
+    "--spec-ngram-mod-n-min": ("ngram_mod", "n_min"),
+    "--spec-ngram-mod-n-match": ("ngram_mod", "n_match"),
+}
+
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="llama-server (xllamacpp)")
@@ -46,6 +58,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--spec-draft-n-max", type=int, default=None)
     parser.add_argument("--spec-draft-n-min", type=int, default=None)
     parser.add_argument("--spec-draft-p-min", type=float, default=None)
+    for flag in NGRAM_FLAGS:
+        parser.add_argument(flag, type=int, default=None)
     parser.add_argument("--api-key", default=None)
     return parser.parse_args(argv)
 
@@ -81,6 +95,10 @@ def build_params(args: argparse.Namespace) -> xlc.CommonParams:
             spec.draft.n_min = args.spec_draft_n_min
         if args.spec_draft_p_min is not None:
             spec.draft.p_min = args.spec_draft_p_min
+        for flag, (member, field) in NGRAM_FLAGS.items():
+            value = getattr(args, flag.lstrip("-").replace("-", "_"))
+            if value is not None:
+                setattr(getattr(spec, member), field, value)
     return params
 
 
