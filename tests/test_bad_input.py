@@ -173,7 +173,7 @@ def test_the_workflow_stops_before_any_engine_starts(tmp_path, case):
             str(tmp_path),
             "-j1",
             "--configfile",
-            "bad.yaml",
+            str(tmp_path / "bad.yaml"),
         ],
         capture_output=True,
         text=True,

@@ -18,6 +18,8 @@ import yaml
 
 from conftest import REPO, write_config
 
+from gridbench.engines.runtime import ProcessRuntime
+
 pytestmark = pytest.mark.workflow
 
 
@@ -123,7 +125,7 @@ def engine_alive(handle: dict) -> bool:
         except docker.errors.NotFound:
             return False
         return True
-    return Path(f"/proc/{handle['pid']}").exists()
+    return ProcessRuntime().is_running(handle)  # a killed engine may linger as a zombie
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
