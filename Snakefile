@@ -31,6 +31,9 @@ rule all:
 
 onsuccess:
     shell(
+        "rm -rf partial"
+    )  # an earlier failed run's partial outputs are superseded
+    shell(
         "mkdir -p logs/engines && gridbench engine stop --all >> logs/engines/stop.log 2>&1 || true"
     )
 
@@ -38,4 +41,8 @@ onsuccess:
 onerror:
     shell(
         "mkdir -p logs/engines && gridbench engine stop --all >> logs/engines/stop.log 2>&1 || true"
+    )
+    # a failed run still ends with a dataset and report, marked partial, that list what failed
+    shell(
+        f"mkdir -p logs/report && gridbench finalize --grid {GRID_FILE} --outdir partial >> logs/report/finalize.log 2>&1 || true"
     )

@@ -123,6 +123,10 @@ def test_skipped_cells_are_rows_too(tmp_path, monkeypatch):
         ("{not json", "not valid JSON"),
         ('{"benchmarks": []}', "0 llama-benchy results for depth 0"),
         ('{"something": "else"}', "not a llama-benchy result"),
+        (
+            '{"benchmarks": [{"context_size": 0, "tg_throughput": null, "e2e_ttft": {"mean": 5}}]}',
+            "llama-benchy measured no tg_throughput (null)",
+        ),
     ],
 )
 def test_a_foreign_result_file_is_a_failed_cell_that_says_what_to_do(tmp_path, monkeypatch, content, reason):
@@ -231,3 +235,15 @@ def test_cli_finalize_marks_a_partial_run(seed002_files, tmp_path):
     assert not any(
         isinstance(v, float) and math.isnan(v) for r in document["Q_nvfp4_dfl8"]["rows"] for v in r.values()
     )
+
+
+def test_a_stray_file_in_results_is_named_and_left_out(tmp_path, monkeypatch, caplog):
+    _, plan, results, failures = rf.seed000()[:4]
+    rf.write_files(tmp_path, plan, results, failures)
+    stray = tmp_path / "results/raw/Q_fp8_mtp1/notes.json"
+    stray.write_text('{"benchmarks": []}')
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level("WARNING"):
+        frame = build(plan, tmp_path)
+    assert "results/raw/Q_fp8_mtp1/notes.json: not a result file of any cell" in caplog.text
+    assert len(frame) == len(plan["cells"]) + len(plan["skipped"])

@@ -17,7 +17,6 @@ import pytest
 import yaml
 
 from conftest import REPO, write_config
-
 from gridbench.engines.runtime import ProcessRuntime
 
 pytestmark = pytest.mark.workflow
@@ -132,6 +131,7 @@ def engine_alive(handle: dict) -> bool:
 def test_a_failed_cell_reruns_alone(workdir, demo_config, runtime):
     demo_config["configs"] = {"D_q8_0_n0": demo_config["configs"]["D_q8_0_n0"]}
     demo_config["depths"] = [0, 256, 512]
+    demo_config.pop("natural")  # llama-benchy cells only: test_natural_workflow covers the others
     write_config(workdir / "grid.yaml", in_runtime(demo_config, runtime))
     proc = snakemake(workdir, "--configfile", "grid.yaml", background=True)
     wait_for_measuring(proc, workdir / "logs/cells/D_q8_0_n0/depth_256.log")
@@ -145,11 +145,21 @@ def test_a_failed_cell_reruns_alone(workdir, demo_config, runtime):
     for depth in (0, 512):  # the other cells are unaffected: a fresh engine took over
         assert (workdir / f"results/raw/D_q8_0_n0/depth_{depth}.json").exists(), output
     assert len([e for e in events(workdir) if e["event"] == "start"]) == 2
+    partial = pd.read_csv(workdir / "partial/dataset/dataset.csv")  # a failed run still ends with one
+    assert dict(zip(partial["context_tokens"], partial["status"], strict=True)) == {
+        0: "ok",
+        256: "failed",
+        512: "ok",
+    }
+    assert "died" in partial.loc[partial["context_tokens"] == 256, "reason"].item()
+    assert "**Partial results.**" in (workdir / "partial/dataset/comparison.md").read_text()
+    assert not (workdir / "dataset").exists()  # the final outputs stay missing until every cell ran
 
     rerun = snakemake(workdir, "--configfile", "grid.yaml")
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert jobs_of_last_run(workdir, "bench_cell") == [{"config": "D_q8_0_n0", "depth": "256"}]
     assert not (workdir / "results/failures/D_q8_0_n0/depth_256.json").exists()
+    assert not (workdir / "partial").exists()
     frame = pd.read_csv(workdir / "dataset/dataset.csv")
     assert list(frame["status"]) == ["ok", "ok", "ok"]
 
@@ -158,6 +168,7 @@ def test_a_failed_cell_reruns_alone(workdir, demo_config, runtime):
 def test_ctrl_c_stops_every_engine_and_the_rerun_redoes_the_cell(workdir, demo_config, runtime):
     demo_config["configs"] = {"D_f16_n0": demo_config["configs"]["D_f16_n0"]}
     demo_config["depths"] = [0, 256, 512]
+    demo_config.pop("natural")
     write_config(workdir / "grid.yaml", in_runtime(demo_config, runtime))
     proc = snakemake(workdir, "--configfile", "grid.yaml", background=True)
     wait_for_measuring(proc, workdir / "logs/cells/D_f16_n0/depth_256.log")

@@ -163,13 +163,14 @@ def run_cell(
                 f"{spec.what}: engine {'reused' if engine.reused else 'started'} "
                 f"at {engine.base_url} (slot {engine.slot})"
             )
-            measured = measure(spec, engine, scratch)
+            try:
+                measured = measure(spec, engine, scratch)
+            except BenchmarkError as err:
+                if not manager.is_alive(engine):  # the load generator failed because of it
+                    raise _engine_died(spec, manager, engine) from err
+                raise
             if not manager.is_alive(engine):
-                raise EngineDiedError(
-                    f"{spec.what}: the engine died while the cell was measuring",
-                    hint="read the engine log; the next cell starts a fresh engine",
-                    log_tail=manager.log_tail(engine),
-                )
+                raise _engine_died(spec, manager, engine)
             record = {
                 "schema": provenance.SCHEMA,
                 "cell": spec.what,
@@ -200,6 +201,14 @@ def run_cell(
         return 130 if isinstance(err, _Interrupted) else getattr(err, "exit_code", 1)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _engine_died(spec: CellSpec, manager: SlotManager, engine: EngineLease) -> EngineDiedError:
+    return EngineDiedError(
+        f"{spec.what}: the engine died while the cell was measuring",
+        hint="read the engine log; the next cell starts a fresh engine",
+        log_tail=manager.log_tail(engine),
+    )
 
 
 def _keep_scratch(spec: CellSpec, scratch: Path) -> None:

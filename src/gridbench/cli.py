@@ -216,21 +216,22 @@ def cmd_finalize(args: argparse.Namespace) -> int:
     from gridbench.plan import benchy_plan, natural_plan
 
     grid = _grid_from_json(args.grid)
+    root = args.outdir
     depth_frame = dataset.build_from_plan(
         benchy_plan(grid),
-        csv=Path(layout.DATASET_CSV),
-        json_path=Path(layout.DATASET_JSON),
-        parquet=Path(layout.DATASET_PARQUET),
+        csv=root / layout.DATASET_CSV,
+        json_path=root / layout.DATASET_JSON,
+        parquet=root / layout.DATASET_PARQUET,
     )
     figures = plots.depth_figures(depth_frame, grid.study)
     natural_frame = None
     if grid.natural:
         natural_frame = natural.build_from_plan(
-            natural_plan(grid), csv=Path(layout.NATURAL_CSV), parquet=Path(layout.NATURAL_PARQUET)
+            natural_plan(grid), csv=root / layout.NATURAL_CSV, parquet=root / layout.NATURAL_PARQUET
         )
         figures.update(plots.natural_figures(natural_frame))
-    graphs = plots.save(figures, Path(layout.GRAPH).parent)
-    report = Path(layout.REPORT)
+    graphs = plots.save(figures, root / Path(layout.GRAPH).parent)
+    report = root / layout.REPORT
     links = [Path(os.path.relpath(g, report.parent)).as_posix() for g in graphs]
     atomic_write_text(report, render_report(grid, depth_frame, natural_frame, links))
     partial = is_partial(depth_frame, natural_frame)
@@ -363,9 +364,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "finalize",
-        help="dataset, graphs and report at their usual paths from whatever cells exist (marked partial)",
+        help="dataset, graphs and report from whatever cells exist (marked partial)",
     )
     p.add_argument("--grid", required=True, type=Path, help=grid_help)
+    p.add_argument(
+        "--outdir",
+        type=Path,
+        default=Path("."),
+        help="folder for dataset/ and graphs/; the workflow's onerror uses partial/, so that the "
+        "final outputs stay missing and the next run redoes exactly the failed cells",
+    )
     p.set_defaults(func=cmd_finalize)
 
     assets = sub.add_parser("assets", help="generate offline assets (corpus, models, tokenizer)")

@@ -11,6 +11,7 @@ import contextlib
 import gc
 import json
 import logging
+import re
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ import pandas as pd
 
 from gridbench.errors import ResultFileError
 from gridbench.files import atomic_write_bytes, atomic_write_text
+from gridbench.harness.benchy import REQUIRED_METRICS
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +204,9 @@ def benchy_entry(raw: Mapping[str, Any], depth: int) -> Mapping[str, Any]:
     ]
     if len(entries) != 1:
         raise ResultFileError(f"{len(entries)} llama-benchy results for depth {depth}, expected 1")
+    nulls = [m for m in REQUIRED_METRICS if (entries[0].get(m) or {}).get("mean") is None]
+    if nulls:
+        raise ResultFileError(f"llama-benchy measured no {', '.join(nulls)} (null)")
     return entries[0]
 
 
@@ -415,7 +420,23 @@ def write_frame(frame: pd.DataFrame, *, csv: Path, parquet: Path) -> None:
     tmp.replace(parquet)
 
 
+_CELL_FILE = re.compile(r"^results/(raw/[^/]+/depth_\d+|natural/[^/]+/[^/]+_c\d+)(\.provenance)?\.json$")
+
+
+def foreign_files(root: Path = Path()) -> list[str]:
+    """Files under results/raw and results/natural that no cell could have written."""
+    found = []
+    for sub in ("results/raw", "results/natural"):
+        for path in sorted((root / sub).rglob("*")):
+            relative = path.relative_to(root).as_posix()
+            if path.is_file() and not _CELL_FILE.match(relative):
+                found.append(relative)
+    return found
+
+
 def build_from_plan(plan: Mapping[str, Any], *, csv: Path, json_path: Path, parquet: Path) -> pd.DataFrame:
+    for path in foreign_files():
+        log.warning(f"{path}: not a result file of any cell; it is left out of the dataset")
     results, failures, versions = read_benchy_cells(plan)
     frame = to_frame(rows_from_results(plan, results, failures))
     write_frame(frame, csv=csv, parquet=parquet)
