@@ -1,5 +1,7 @@
+import functools
 import hashlib
 import json
+import re
 from pathlib import Path
 
 from snakemake.utils import validate
@@ -64,3 +66,54 @@ def get_cell_priority(wildcards):
 def get_cell_gpus(wildcards):
     """GPU slots a cell's engine takes (--resources gpu=N caps how many run at once)."""
     return GRID.configs[wildcards.config].serving.tensor_parallel_size
+
+
+# --- Scale-out (multi-GPU hosts, clusters): one engine per config, several configs at once.
+
+
+def _is_cell_of(config_name, wildcards):
+    return int(wildcards.config == config_name)
+
+
+def get_engine_mutexes():
+    """One resource per config, capped at 1 and taken by each of its cells.
+
+    With -j N --resources gpu=N, Snakemake then runs cells of N different configs at
+    once, each on its own warm engine, and never two cells of one config (the second
+    would only wait for the first one's engine)."""
+    mutexes = {}
+    for name in PLAN["configs"]:
+        key = "engine_" + re.sub(r"\W", "_", name)
+        key = key if key not in mutexes else f"{key}_{len(mutexes)}"
+        workflow.register_resource(key, 1)
+        mutexes[key] = functools.partial(_is_cell_of, name)
+    return mutexes
+
+
+ENGINE_MUTEXES = get_engine_mutexes()
+
+
+# On a cluster the light rules run where Snakemake runs (the login node), not as jobs.
+localrules:
+    make_corpus,
+    make_demo_models,
+    build_dataset,
+
+
+def keep_going_in_cluster_jobs():
+    """A cluster job runs all cells of one config (a group job), and Snakemake runs a
+    group's jobs without --keep-going (snakemake/snakemake#2508): one failed cell would
+    leave the config's later cells unrun. In a cluster job, keep going as the profile
+    says to on the login node; the settings exist only once the run starts."""
+    if not workflow.remote_exec:
+        return
+    execute = workflow.execute
+
+    def execute_keeping_going(*args, **kwargs):
+        workflow.execution_settings.keep_going = True
+        return execute(*args, **kwargs)
+
+    workflow.execute = execute_keeping_going
+
+
+keep_going_in_cluster_jobs()
