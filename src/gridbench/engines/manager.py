@@ -346,7 +346,15 @@ class SlotManager:
         owner = hashlib.sha256(self.owner.encode()).hexdigest()[:8]
         name = f"gridbench-{owner}-{'-'.join(slots)}-{cfg.name}".lower()
         started_at = now_iso()
-        _log_event("start", cfg.name, slot=slot, slots=list(slots), fingerprint=fingerprint, port=plan.port)
+        _log_event(
+            "start",
+            cfg.name,
+            slot=slot,
+            slots=list(slots),
+            fingerprint=fingerprint,
+            port=plan.port,
+            owner=self.owner,
+        )
         with Path(log_path).open("a") as log:
             log.write(
                 f"\n=== gridbench: starting {cfg.name} on slot {','.join(slots)} at {started_at}: "
