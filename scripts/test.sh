@@ -39,9 +39,17 @@ snakemake -n --quiet rules --configfile config/config.yaml | tee /dev/stderr | g
 snakemake -n --quiet rules --config engine=aeon | tee /dev/stderr | grep -Eq '^bench_cell +70$'
 
 step "tests"
-python -m pytest -q tests
+python -m pytest -q -m "not slurm" tests
 
 step "the demo sweep, end to end"
 rm -rf results dataset logs/cells
 snakemake -j1 --configfile config/demo.yaml --quiet rules
 python -c 'import pandas as pd; f = pd.read_csv("dataset/dataset.csv"); print(f[["config", "context_tokens", "status", "decode_tps", "ttft_ms", "acceptance_rate"]].to_string()); assert (f.status == "ok").all()'
+
+# --- Scale-out on a cluster (issue 7): a real single-node SLURM from Debian's packages
+# (munge, slurmctld, slurmd on localhost, two placeholder GPUs), the demo grid through it
+# checked cell for cell against a local run, and a cell that fails on the node rerun alone.
+step "SLURM: a single-node cluster"
+bash scripts/start_slurm.sh
+step "SLURM: the demo grid through the cluster, a failed cell rerun alone"
+GRIDBENCH_SLURM=required python -m pytest -q -m slurm tests

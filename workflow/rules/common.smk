@@ -83,7 +83,8 @@ def get_engine_mutexes():
     would only wait for the first one's engine)."""
     mutexes = {}
     for name in PLAN["configs"]:
-        key = "engine_" + re.sub(r"\W", "_", name)
+        safe_name = re.sub(r"\W", "_", name)
+        key = f"engine_{safe_name}"
         key = key if key not in mutexes else f"{key}_{len(mutexes)}"
         workflow.register_resource(key, 1)
         mutexes[key] = functools.partial(_is_cell_of, name)
