@@ -59,8 +59,11 @@ def get_cell_spec(wildcards):
 
 
 def get_cell_priority(wildcards):
-    """Cells of one config run back to back, so they share one warm engine."""
-    return 1000 * (len(_CONFIG_RANK) - _CONFIG_RANK[wildcards.config])
+    """Cells of one config run back to back, so they share one warm engine; in depth
+    order, so that ties never leave the order to the scheduler."""
+    config_rank = len(_CONFIG_RANK) - _CONFIG_RANK[wildcards.config]
+    depth_rank = GRID.depths.index(int(wildcards.depth))
+    return config_rank * (len(GRID.depths) + 1) - depth_rank
 
 
 def get_cell_gpus(wildcards):
