@@ -69,6 +69,10 @@ def cells_of_last_run(workdir: Path) -> list[dict[str, str]]:
 
 
 def test_demo_grid_through_slurm_matches_the_local_run(tmp_path, demo_assets, demo_config, slurm_cluster):
+    # the demo grid (every config and depth); two jobs share this machine's two cores, so
+    # one thread per engine and no latency subtraction: load cannot fail a measurement
+    demo_config["engines"]["llamacpp"]["extra_args"] = ["--threads", "1"]
+    demo_config["benchy"]["latency_mode"] = "none"
     local = new_workdir(tmp_path / "local", demo_assets)
     cluster = new_workdir(tmp_path / "cluster", demo_assets)
     for workdir in (local, cluster):
