@@ -1,6 +1,10 @@
 """The workflow on a real SLURM cluster (scripts/start_slurm.sh: munge, slurmctld and
 slurmd on this machine, two placeholder GPUs): one cluster job per serving config, results
-on the shared file system, engines stopped with their job, failed cells rerun alone."""
+on the shared file system, engines stopped with their job, a failed cell rerun alone, and
+the dataset the local run's, cell for cell.
+
+One sweep of the demo grid serves every test here (a cluster run costs minutes): run
+locally, run through SLURM with one cell's engine killed on the node, then rerun."""
 
 from __future__ import annotations
 
@@ -10,37 +14,33 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import REPO, write_config
+from conftest import REPO, free_port, load_yaml, write_config
 from test_scale import assert_same_cells, events, new_workdir, snakemake
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
 PROFILE = str(REPO / "profiles/slurm-ci")
+VICTIM = ("D_q8_0_n0", 256)
 
 
-@pytest.fixture(scope="module")
-def slurm_cluster() -> None:
-    """The running cluster; CI (GRIDBENCH_SLURM=required) fails without one, others skip."""
+def slurm_is_up() -> bool:
     try:
         states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=30)
-        up = states.returncode == 0 and any(
-            s in ("idle", "mixed", "allocated") for s in states.stdout.split()
-        )
     except (OSError, subprocess.TimeoutExpired):
-        up = False
-    if not up:
-        message = "no SLURM cluster answers sinfo: start one with `bash scripts/start_slurm.sh`"
-        if os.environ.get("GRIDBENCH_SLURM") == "required":
-            pytest.fail(message)
-        pytest.skip(message)
+        return False
+    return states.returncode == 0 and any(s in ("idle", "mixed", "allocated") for s in states.stdout.split())
 
 
-def slurm_run_id(workdir: Path) -> str:
-    log = sorted((workdir / ".snakemake/log").glob("*.snakemake.log"))[-1].read_text()
+def log_of_run(workdir: Path, index: int) -> str:
+    return sorted((workdir / ".snakemake/log").glob("*.snakemake.log"))[index].read_text()
+
+
+def slurm_run_id(log: str) -> str:
     return next(line.split(": ", 1)[1].strip() for line in log.splitlines() if "SLURM run ID:" in line)
 
 
@@ -56,10 +56,10 @@ def cluster_jobs(run_id: str) -> list[dict[str, str]]:
     return [dict(zip(("id", "state", "tres"), row, strict=True)) for row in rows]
 
 
-def cells_of_last_run(workdir: Path) -> list[dict[str, str]]:
-    """The wildcards of every bench_cell job in Snakemake's own log of its latest run
-    (a group job lists its cells one after another, indented)."""
-    lines = sorted((workdir / ".snakemake/log").glob("*.snakemake.log"))[-1].read_text().splitlines()
+def cells_run(log: str) -> list[dict[str, str]]:
+    """The wildcards of every bench_cell job in a Snakemake log (a group job lists its
+    cells one after another, indented)."""
+    lines = log.splitlines()
     cells = []
     for i, line in enumerate(lines):
         if line.strip() == "rule bench_cell:":
@@ -68,67 +68,111 @@ def cells_of_last_run(workdir: Path) -> list[dict[str, str]]:
     return cells
 
 
-def test_demo_grid_through_slurm_matches_the_local_run(tmp_path, demo_assets, demo_config, slurm_cluster):
-    # the demo grid (every config and depth); two jobs share this machine's two cores, so
-    # one thread per engine and no latency subtraction: load cannot fail a measurement
-    demo_config["engines"]["llamacpp"]["extra_args"] = ["--threads", "1"]
-    demo_config["benchy"]["latency_mode"] = "none"
-    local = new_workdir(tmp_path / "local", demo_assets)
-    cluster = new_workdir(tmp_path / "cluster", demo_assets)
-    for workdir in (local, cluster):
-        write_config(workdir / "grid.yaml", demo_config)
-    result = snakemake(local, "-j1", "--configfile", "grid.yaml")
-    assert result.returncode == 0, result.stdout + result.stderr
-    result = snakemake(cluster, "--workflow-profile", PROFILE, "--configfile", "grid.yaml", timeout=900)
-    assert result.returncode == 0, result.stdout + result.stderr
-
-    dataset = "dataset/dataset.parquet"
-    assert_same_cells(pd.read_parquet(cluster / dataset), pd.read_parquet(local / dataset))
-    configs = list(demo_config["configs"])
-    jobs = cluster_jobs(slurm_run_id(cluster))
-    assert len(jobs) == len(configs)  # one cluster job per serving config, nothing else
-    assert all(job["state"] == "COMPLETED" and "gpu:1" in job["tres"] for job in jobs), jobs
-    records = [json.loads(p.read_text()) for p in cluster.glob("results/raw/*/*.provenance.json")]
-    job_of: dict[str, set[str]] = {}
-    for record in records:
-        job_of.setdefault(record["config"], set()).add(record["host"]["slurm_job_id"])
-    assert all(len(ids) == 1 for ids in job_of.values()), job_of  # all cells of a config in one job
-    assert set.union(*job_of.values()) == {job["id"] for job in jobs}
-    starts = [e for e in events(cluster) if e["event"] == "start"]
-    assert sorted(e["config"] for e in starts) == sorted(configs)  # one warm engine per job
-    assert {e["slot"] for e in starts} <= {"0", "1"}  # on the GPU SLURM gave the job
-    stops = [e for e in events(cluster) if e["event"] == "stop"]
-    assert len(stops) == len(configs)  # each job stopped its engine when it ended
-    assert not list(Path(os.environ["GRIDBENCH_SLOT_DIR"]).glob("slot-*.json"))
+@dataclass
+class Sweep:
+    local: Path
+    cluster: Path
+    configs: list[str]
+    port: int
+    first_run: subprocess.CompletedProcess
+    rerun: subprocess.CompletedProcess
+    # what the first run left: engine events, results, the victim's failure record
+    first_events: list[dict]
+    first_results: list[str]
+    first_failure: dict
 
 
-def test_a_cell_that_fails_on_a_node_reruns_alone(tmp_path, demo_assets, demo_config, slurm_cluster):
-    workdir = new_workdir(tmp_path / "cluster", demo_assets)
-    demo_config["configs"] = {"D_q8_0_n0": demo_config["configs"]["D_q8_0_n0"]}
-    demo_config["depths"] = [0, 256, 512]
-    write_config(workdir / "grid.yaml", demo_config)
+def run_killing_one_cell(workdir: Path, slot_dir: Path) -> subprocess.CompletedProcess:
+    """The sweep through SLURM; the engine of VICTIM's cell is killed on the node mid-cell."""
     argv = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile")]
     argv += ["--workflow-profile", PROFILE, "--configfile", "grid.yaml"]
     proc = subprocess.Popen(argv, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    victim_log = workdir / "logs/cells/D_q8_0_n0/depth_256.log"
-    deadline = time.monotonic() + 300
+    config, depth = VICTIM
+    victim_log = workdir / f"logs/cells/{config}/depth_{depth}.log"
+    deadline = time.monotonic() + 600
     while "llama-benchy (0.4.0)" not in (victim_log.read_text() if victim_log.exists() else ""):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
         time.sleep(0.05)
-    slot = json.loads(next(Path(os.environ["GRIDBENCH_SLOT_DIR"]).glob("slot-*.json")).read_text())
-    os.killpg(slot["handle"]["pid"], signal.SIGKILL)  # the engine dies mid-cell, on the node
-    output, _ = proc.communicate(timeout=600)
-    assert proc.returncode != 0, output
+    states = [json.loads(p.read_text()) for p in slot_dir.glob("slot-*.json")]
+    engine = next(s for s in states if s["config"] == config)
+    os.killpg(engine["handle"]["pid"], signal.SIGKILL)
+    output, _ = proc.communicate(timeout=900)
+    return subprocess.CompletedProcess(argv, proc.returncode, output, "")
 
-    failure = json.loads((workdir / "results/failures/D_q8_0_n0/depth_256.json").read_text())
-    assert failure["config"] == "D_q8_0_n0" and failure["depth"] == 256
-    assert not (workdir / "results/raw/D_q8_0_n0/depth_256.json").exists()
-    for depth in (0, 512):  # the job went on with the other cells, and their results stay
-        assert (workdir / f"results/raw/D_q8_0_n0/depth_{depth}.json").exists(), output
-    assert len([e for e in events(workdir) if e["event"] == "start"]) == 2
 
-    rerun = snakemake(workdir, "--workflow-profile", PROFILE, "--configfile", "grid.yaml", timeout=600)
-    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
-    assert cells_of_last_run(workdir) == [{"config": "D_q8_0_n0", "depth": "256"}]
-    assert not (workdir / "results/failures/D_q8_0_n0/depth_256.json").exists()
-    assert list(pd.read_csv(workdir / "dataset/dataset.csv")["status"]) == ["ok", "ok", "ok"]
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, demo_assets) -> Sweep:
+    if not slurm_is_up():
+        message = "no SLURM cluster answers sinfo: start one with `bash scripts/start_slurm.sh`"
+        if os.environ.get("GRIDBENCH_SLURM") == "required":  # CI: the cluster must be there
+            pytest.fail(message)
+        pytest.skip(message)
+    root = tmp_path_factory.mktemp("slurm")
+    config = load_yaml(REPO / "config/demo.yaml")  # the demo grid: every config and depth
+    # two jobs share this machine's two cores: one thread per engine, and no latency
+    # subtraction, so load cannot fail a measurement
+    config["engines"]["llamacpp"].update(port=free_port(), extra_args=["--threads", "1"])
+    config["benchy"]["latency_mode"] = "none"
+    local, cluster = new_workdir(root / "local", demo_assets), new_workdir(root / "cluster", demo_assets)
+    for workdir in (local, cluster):
+        write_config(workdir / "grid.yaml", config)
+    slot_dir = root / "slots"
+    with pytest.MonkeyPatch.context() as env:  # the cluster's jobs inherit the environment
+        env.setenv("GRIDBENCH_SLOT_DIR", str(slot_dir))
+        env.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+        result = snakemake(local, "-j1", "--configfile", "grid.yaml")
+        assert result.returncode == 0, result.stdout + result.stderr
+        first_run = run_killing_one_cell(cluster, slot_dir)
+        assert not list(slot_dir.glob("slot-*.json")), "an engine outlived its cluster job"
+        first_events = events(cluster)
+        raw = cluster.glob("results/raw/*/depth_*[0-9].json")  # results, not provenance
+        first_results = sorted(str(p.relative_to(cluster)) for p in raw)
+        failure = cluster / "results/failures/{}/depth_{}.json".format(*VICTIM)
+        first_failure = json.loads(failure.read_text()) if failure.exists() else {}
+        rerun = snakemake(cluster, "--workflow-profile", PROFILE, "--configfile", "grid.yaml", timeout=900)
+    assert not list(slot_dir.glob("slot-*.json")), "an engine outlived its cluster job"
+    port = config["engines"]["llamacpp"]["port"]
+    configs = list(config["configs"])
+    return Sweep(local, cluster, configs, port, first_run, rerun, first_events, first_results, first_failure)
+
+
+def test_each_config_runs_as_one_cluster_job_on_one_engine(sweep):
+    jobs = cluster_jobs(slurm_run_id(log_of_run(sweep.cluster, 0)))
+    assert len(jobs) == len(sweep.configs)  # one cluster job per serving config, nothing else
+    assert all("gpu:1" in job["tres"] for job in jobs), jobs  # each asked SLURM for one GPU
+    assert sorted(job["state"] for job in jobs) == ["COMPLETED"] * 3 + ["FAILED"]  # the victim's
+    job_of: dict[str, set[str]] = {}
+    for path in sweep.cluster.glob("results/raw/*/*.provenance.json"):
+        record = json.loads(path.read_text())
+        if record["config"] != VICTIM[0]:  # the victim's config has a rerun job too
+            job_of.setdefault(record["config"], set()).add(record["host"]["slurm_job_id"])
+    assert all(len(ids) == 1 for ids in job_of.values()), job_of  # a config's cells in one job
+    assert set.union(*job_of.values()) < {job["id"] for job in jobs}
+    starts = [e for e in sweep.first_events if e["event"] == "start"]
+    # one warm engine per job, and a fresh one after the victim's engine was killed
+    assert sorted(e["config"] for e in starts) == sorted([*sweep.configs, VICTIM[0]])
+    assert len({e["owner"] for e in starts}) == len(sweep.configs)  # owned by their jobs
+    for start in starts:  # on the GPU SLURM gave the job, on that GPU's port
+        assert start["slot"] in ("0", "1") and start["port"] == sweep.port + int(start["slot"])
+    stops = [e for e in sweep.first_events if e["event"] == "stop"]
+    assert len(stops) == len(starts)  # every engine stopped, the last ones when their job ended
+
+
+def test_a_cell_that_fails_on_a_node_reruns_alone(sweep):
+    config, depth = VICTIM
+    assert sweep.first_run.returncode != 0, sweep.first_run.stdout
+    assert sweep.first_failure["config"] == config and sweep.first_failure["depth"] == depth
+    victim = f"results/raw/{config}/depth_{depth}.json"
+    assert victim not in sweep.first_results
+    assert len(sweep.first_results) == 15, sweep.first_results  # its job went on with the others
+    assert sweep.rerun.returncode == 0, sweep.rerun.stdout + sweep.rerun.stderr
+    assert cells_run(log_of_run(sweep.cluster, -1)) == [{"config": config, "depth": str(depth)}]
+    assert len(cluster_jobs(slurm_run_id(log_of_run(sweep.cluster, -1)))) == 1
+    assert not (sweep.cluster / f"results/failures/{config}/depth_{depth}.json").exists()
+
+
+def test_the_dataset_is_the_local_runs_cell_for_cell(sweep):
+    dataset = "dataset/dataset.parquet"
+    cluster, local = pd.read_parquet(sweep.cluster / dataset), pd.read_parquet(sweep.local / dataset)
+    assert (cluster["status"] == "ok").all() and len(cluster) == 16
+    assert_same_cells(cluster, local)
