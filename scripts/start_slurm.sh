@@ -12,9 +12,9 @@
 # is never replaced.
 #
 # The node is this machine's CPUs. It declares GRIDBENCH_SLURM_GPUS (default 2) GPUs
-# backed by placeholder device files, so that `--gres=gpu:1` is scheduled, counted and
-# exported to the job (CUDA_VISIBLE_DEVICES, SLURM_JOB_GPUS) as on a GPU node; nothing
-# uses them as GPUs (the CPU test engine has gpus: false).
+# backed by placeholder device files, so that `--gpus=1` (or `--gres=gpu:1`) is scheduled,
+# counted and exported to the job's steps (SLURM_STEP_GPUS, CUDA_VISIBLE_DEVICES) as on a
+# GPU node; nothing uses them as GPUs (the CPU test engine has gpus: false).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STATE="${GRIDBENCH_SLURM_DIR:-$PWD/.gridbench/slurm}"

@@ -1,4 +1,3 @@
-import functools
 import hashlib
 import json
 import re
@@ -74,8 +73,17 @@ def get_cell_gpus(wildcards):
 # --- Scale-out (multi-GPU hosts, clusters): one engine per config, several configs at once.
 
 
-def _is_cell_of(config_name, wildcards):
-    return int(wildcards.config == config_name)
+def _cells_of(config_name):
+    def takes_engine(wildcards):
+        return int(wildcards.config == config_name)
+
+    return takes_engine
+
+
+def cells_may_run_at_once():
+    """More than one cell at a time: --resources gpu=N with N > 1, no GPU limit, or a cluster."""
+    gpu_limit = workflow.global_resources.get("gpu").value
+    return gpu_limit is None or gpu_limit > 1
 
 
 def get_engine_mutexes():
@@ -83,14 +91,18 @@ def get_engine_mutexes():
 
     With -j N --resources gpu=N, Snakemake then runs cells of N different configs at
     once, each on its own warm engine, and never two cells of one config (the second
-    would only wait for the first one's engine)."""
+    would only wait for the first one's engine). A cluster's group job runs its cells one
+    after another for the same reason. One cell at a time needs none (and DAGs of
+    thousands of cells build faster without them)."""
+    if not cells_may_run_at_once():
+        return {}
     mutexes = {}
     for name in PLAN["configs"]:
         safe_name = re.sub(r"\W", "_", name)
         key = f"engine_{safe_name}"
         key = key if key not in mutexes else f"{key}_{len(mutexes)}"
         workflow.register_resource(key, 1)
-        mutexes[key] = functools.partial(_is_cell_of, name)
+        mutexes[key] = _cells_of(name)
     return mutexes
 
 
