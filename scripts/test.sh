@@ -49,6 +49,7 @@ python -c 'import pandas as pd; f = pd.read_csv("dataset/dataset.csv"); print(f[
 # --- Scale-out on a cluster (issue 7): a real single-node SLURM from Debian's packages
 # (munge, slurmctld, slurmd on localhost, two placeholder GPUs), the demo grid through it
 # checked cell for cell against a local run, and a cell that fails on the node rerun alone.
+# About 4 minutes: the packages (first run only), then one local and two cluster sweeps.
 step "SLURM: a single-node cluster"
 bash scripts/start_slurm.sh
 step "SLURM: the demo grid through the cluster, a failed cell rerun alone"
