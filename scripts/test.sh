@@ -50,7 +50,7 @@ snakemake -n --quiet rules --configfile config/studies/qwen36-35b-a3b-dflash.yam
 snakemake -n --quiet rules --configfile config/ci-vllm.yaml | tee /dev/stderr | grep -Eq '^bench_cell +15$'
 
 step "tests"
-python -m pytest -q tests
+python -m pytest -q -m "not slurm" tests
 
 step "the demo sweep, end to end"
 rm -rf results dataset logs/cells
@@ -64,3 +64,12 @@ for c in cells:
     print(f'{c["config"]:<14}{c["prompt_class"]:<7}c={c["concurrency"]:<3}{s["ok"]}/{s["requests"]} ok  {s["output_tok_s"]:8.1f} tok/s  TTFT p50 {s["ttft_ms_p50"]:8.1f} ms  acceptance {sd and sd["acceptance_rate"]}')
 assert len(cells) == 16 and all(c["summary"]["error_rate"] == 0 for c in cells)
 PY
+
+# --- Scale-out on a cluster (issue 7): a real single-node SLURM from Debian's packages
+# (munge, slurmctld, slurmd on localhost, two placeholder GPUs), the demo grid through it
+# checked cell for cell against a local run, and a cell that fails on the node rerun alone.
+# About 4 minutes: the packages (first run only), then one local and two cluster sweeps.
+step "SLURM: a single-node cluster"
+bash scripts/start_slurm.sh
+step "SLURM: the demo grid through the cluster, a failed cell rerun alone"
+GRIDBENCH_SLURM=required python -m pytest -q -m slurm tests

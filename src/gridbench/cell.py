@@ -138,6 +138,7 @@ def _engine_record(engine: EngineLease, cfg: ServingConfig) -> dict[str, Any]:
         "serve_command": engine.plan.shell_line(),
         "base_url": engine.base_url,
         "slot": engine.slot,
+        "slots": list(engine.slots),
         "started_at": engine.started_at,
         "startup_s": engine.ready_s,
         "reused": engine.reused,

@@ -370,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--outdir",
         type=Path,
-        default=Path("."),
+        default=Path(),
         help="folder for dataset/ and graphs/; the workflow's onerror uses partial/, so that the "
         "final outputs stay missing and the next run redoes exactly the failed cells",
     )

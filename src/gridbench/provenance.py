@@ -72,6 +72,8 @@ def host_info() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         **gpu_info(),
+        # the cluster job that measured the cell, when one did
+        **({"slurm_job_id": os.environ["SLURM_JOB_ID"]} if "SLURM_JOB_ID" in os.environ else {}),
     }
 
 

@@ -8,6 +8,7 @@ rule bench_cell:
         "logs/cells/{config}/depth_{depth}.log",
     priority: get_cell_priority
     resources:
+        **ENGINE_MUTEXES,
         gpu=get_cell_gpus,
     params:
         context=get_cell_context,

@@ -159,3 +159,73 @@ def get_cell_priority(wildcards):
 def get_cell_gpus(wildcards):
     """GPU slots a cell's engine takes (--resources gpu=N caps how many run at once)."""
     return GRID.configs[wildcards.config].serving.tensor_parallel_size
+
+
+# --- Scale-out (multi-GPU hosts, clusters): one engine per config, several configs at once.
+
+
+def _cells_of(config_name):
+    def takes_engine(wildcards):
+        return int(wildcards.config == config_name)
+
+    return takes_engine
+
+
+def cells_may_run_at_once():
+    """More than one cell at a time: --resources gpu=N with N > 1, no GPU limit, or a cluster."""
+    gpu_limit = workflow.global_resources.get("gpu").value
+    return gpu_limit is None or gpu_limit > 1
+
+
+def get_engine_mutexes():
+    """One resource per config, capped at 1 and taken by each of its cells.
+
+    With -j N --resources gpu=N, Snakemake then runs cells of N different configs at
+    once, each on its own warm engine, and never two cells of one config (the second
+    would only wait for the first one's engine). A cluster's group job runs its cells one
+    after another for the same reason. One cell at a time needs none (and DAGs of
+    thousands of cells build faster without them)."""
+    if not cells_may_run_at_once():
+        return {}
+    mutexes = {}
+    for name in PLAN["configs"]:
+        safe_name = re.sub(r"\W", "_", name)
+        key = f"engine_{safe_name}"
+        key = key if key not in mutexes else f"{key}_{len(mutexes)}"
+        workflow.register_resource(key, 1)
+        mutexes[key] = _cells_of(name)
+    return mutexes
+
+
+ENGINE_MUTEXES = get_engine_mutexes()
+
+
+# On a cluster the light rules run where Snakemake runs (the login node), not as jobs.
+localrules:
+    make_corpus,
+    make_demo_models,
+    make_vllm_models,
+    build_dataset,
+    build_natural_dataset,
+    plot_depth_graphs,
+    plot_natural_graphs,
+    render_report,
+
+
+def keep_going_in_cluster_jobs():
+    """A cluster job runs all cells of one config (a group job), and Snakemake runs a
+    group's jobs without --keep-going (snakemake/snakemake#2508): one failed cell would
+    leave the config's later cells unrun. In a cluster job, keep going as the profile
+    says to on the login node; the settings exist only once the run starts."""
+    if not workflow.remote_exec:
+        return
+    execute = workflow.execute
+
+    def execute_keeping_going(*args, **kwargs):
+        workflow.execution_settings.keep_going = True
+        return execute(*args, **kwargs)
+
+    workflow.execute = execute_keeping_going
+
+
+keep_going_in_cluster_jobs()

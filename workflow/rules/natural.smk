@@ -8,6 +8,7 @@ rule natural_cell:
         "logs/cells/{config}/natural_{prompt_class}_c{concurrency}.log",
     priority: get_cell_priority
     resources:
+        **ENGINE_MUTEXES,
         gpu=get_cell_gpus,
     params:
         context=get_natural_cell_context,

@@ -1,10 +1,13 @@
 """Engine slots: which engine runs on which GPU, warm reuse, and stopping.
 
-A slot is one GPU (or the CPU, on a machine without one). Its state lives in a host-wide
-directory, so two sweeps on one host see each other: a slot's flock is held by the cell
-using it, and its JSON file names the engine on it and the working directory that owns
-it. A cell reuses the engine already on a slot when its config's fingerprint matches,
-and otherwise stops that engine first: never two engines on one slot.
+A slot is one GPU (or the CPU, on a machine without one); a config with
+tensor_parallel_size k takes k. Slot state lives in a host-wide directory, so two sweeps
+(or cluster jobs) on one host see each other: a slot's flock is held by the cell using it,
+a holder file names that cell's config, and the slot's JSON file names the engine on it
+and who owns it (the working directory, and the SLURM job in it). A cell reuses its
+config's engine when one runs, waits for it while another cell of the config uses it,
+and otherwise starts one on free slots, stopping what ran there first: never two engines
+on one slot, never two engines of one config.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from gridbench.engines import probe
+from gridbench.engines.allocation import allocated_gpus, sweep_owner
 from gridbench.engines.commands import LaunchPlan, launch_plan
 from gridbench.engines.runtime import DockerRuntime, runtime_for
 from gridbench.errors import EngineError, PortInUseError, SlotBusyError
@@ -68,7 +72,8 @@ class EngineLease:
 
     config: str
     fingerprint: str
-    slot: str
+    slot: str  # the first of ``slots``: the engine's port and container name follow it
+    slots: tuple[str, ...]
     plan: LaunchPlan
     handle: dict[str, Any]
     started_at: str
@@ -121,12 +126,28 @@ def api_headers(cfg: ServingConfig) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
+@dataclass
+class _SlotView:
+    """One slot as a selecting cell sees it, under the selection lock."""
+
+    name: str
+    lock: IO[str] | None  # held by us: the slot is free; None: a running cell holds it
+    state: dict[str, Any] | None  # the slot's engine record (alive or not)
+    alive: bool
+    holder: dict[str, Any] | None  # which cell holds it, when one does
+
+    @property
+    def free(self) -> bool:
+        return self.lock is not None
+
+
 class SlotManager:
     """Hands out ready engines on slots; one instance per cell process."""
 
     def __init__(self, slots: list[str], *, workdir: Path | None = None, wait_s: float | None = None) -> None:
-        self.slots = slots or ["cpu"]
-        self.workdir = str((workdir or Path.cwd()).resolve())
+        # inside a cluster job only the GPUs the job was given are ours, whatever the config says
+        self.slots = allocated_gpus() or slots or ["cpu"]
+        self.owner = sweep_owner(cwd=workdir)
         self.wait_s = float(os.environ.get("GRIDBENCH_SLOT_WAIT_S", 600)) if wait_s is None else wait_s
         self.dir = slot_dir()
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -134,11 +155,17 @@ class SlotManager:
     def _state_path(self, slot: str) -> Path:
         return self.dir / f"slot-{slot}.json"
 
-    def _read_state(self, slot: str) -> dict[str, Any] | None:
+    def _holder_path(self, slot: str) -> Path:
+        return self.dir / f"holder-{slot}.json"
+
+    def _read_json(self, path: Path) -> dict[str, Any] | None:
         try:
-            return json.loads(self._state_path(slot).read_text())
+            return json.loads(path.read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             return None
+
+    def _read_state(self, slot: str) -> dict[str, Any] | None:
+        return self._read_json(self._state_path(slot))
 
     def _write_state(self, slot: str, state: dict[str, Any] | None) -> None:
         path = self._state_path(slot)
@@ -160,6 +187,16 @@ class SlotManager:
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
+    def _try_lock(self, slot: str) -> IO[str] | None:
+        """The slot's lock, held until the returned file is closed; None if a cell holds it."""
+        f = (self.dir / f"slot-{slot}.lock").open("a")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            return None
+        return f
+
     def _alive(self, state: dict[str, Any] | None) -> bool:
         if not state:
             return False
@@ -168,39 +205,83 @@ class SlotManager:
         except EngineError:
             return False
 
-    def _rank(self, slot: str, fingerprint: str) -> tuple[int, str] | None:
-        """Preference for a slot: warm match, empty, ours with another config; None if taken."""
-        state = self._read_state(slot)
-        if not self._alive(state):
-            return (1, "empty")
-        if state["owner"] != self.workdir:
+    def _survey(self) -> list[_SlotView]:
+        views = []
+        for slot in self.slots:
+            lock = self._try_lock(slot)
+            state = self._read_state(slot)
+            holder = None if lock else self._read_json(self._holder_path(slot))
+            views.append(_SlotView(slot, lock, state, self._alive(state), holder))
+        return views
+
+    def _choose(
+        self, views: list[_SlotView], fingerprint: str, need: int
+    ) -> tuple[tuple[str, ...], bool] | None:
+        """The slots to use and whether their engine is warm; None: wait.
+
+        A config has one engine: a cell whose config's engine is busy (another cell of
+        it measures, or starts it) waits for it instead of starting a second one."""
+        if any(
+            v.holder and v.holder["fingerprint"] == fingerprint and v.holder["owner"] == self.owner
+            for v in views
+        ):
             return None
-        return (0, "warm") if state["fingerprint"] == fingerprint else (2, "switch")
+        free = {v.name for v in views if v.free}
+        for v in views:
+            ours = v.alive and v.state["owner"] == self.owner
+            if v.free and ours and v.state["fingerprint"] == fingerprint:
+                engine_slots = tuple(v.state.get("slots", [v.name]))
+                if free.issuperset(engine_slots):
+                    return engine_slots, True
+        # a new engine: empty slots first (other warm engines stay reusable), then ours to switch
+        usable = [v for v in views if v.free and (not v.alive or v.state["owner"] == self.owner)]
+        usable.sort(key=lambda v: (v.alive, self.slots.index(v.name)))
+        if len(usable) < need:
+            return None
+        return tuple(v.name for v in usable[:need]), False
 
     @contextlib.contextmanager
     def lease(self, cfg: ServingConfig) -> Iterator[EngineLease]:
-        """A ready engine for ``cfg`` on a slot held for the duration of the block."""
+        """A ready engine for ``cfg`` on slots held for the duration of the block.
+
+        A config with tensor_parallel_size k takes k slots."""
+        need = cfg.serving.tensor_parallel_size
+        if need > len(self.slots):
+            raise SlotBusyError(
+                f"{cfg.name} needs {need} GPU slots (tensor_parallel_size) but only "
+                f"{len(self.slots)} are available: {', '.join(self.slots)}",
+                hint="list more GPUs in gpu_slots (or request more per job on a cluster), "
+                "or lower serving.tensor_parallel_size",
+            )
         fingerprint = cfg.fingerprint()
         deadline = time.monotonic() + self.wait_s
         announced = False
         while True:
-            with contextlib.ExitStack() as stack:
-                chosen = None
-                with self._flock("select.lock", blocking=True):
-                    candidates = sorted(
-                        (rank, slot)
-                        for slot in self.slots
-                        if (rank := self._rank(slot, fingerprint)) is not None
-                    )
-                    for rank, slot in candidates:
-                        if stack.enter_context(self._flock(f"slot-{slot}.lock", blocking=False)):
-                            chosen = (slot, rank[1])
-                            break
-                if chosen:
-                    slot, how = chosen
-                    engine = self._ensure(cfg, slot, fingerprint, reuse=how == "warm")
-                    yield engine
-                    return
+            with self._flock("select.lock", blocking=True):
+                views = self._survey()
+                try:
+                    choice = self._choose(views, fingerprint, need)
+                    chosen = choice[0] if choice else ()
+                    holder = {"config": cfg.name, "fingerprint": fingerprint, "owner": self.owner}
+                    for slot in chosen:
+                        atomic_write_text(self._holder_path(slot), json.dumps(holder))
+                except BaseException:
+                    chosen = ()
+                    raise
+                finally:
+                    for view in views:
+                        if view.lock and view.name not in chosen:
+                            view.lock.close()
+            if choice:
+                locks = [view.lock for view in views if view.name in chosen]
+                try:
+                    yield self._ensure(cfg, chosen, fingerprint, reuse=choice[1])
+                finally:
+                    for slot in chosen:
+                        self._holder_path(slot).unlink(missing_ok=True)
+                    for lock in locks:
+                        lock.close()
+                return
             if time.monotonic() > deadline:
                 raise SlotBusyError(self._busy_message(cfg), hint=self._busy_hint())
             if not announced:
@@ -212,7 +293,10 @@ class SlotManager:
         owners = []
         for slot in self.slots:
             state = self._read_state(slot)
-            if self._alive(state):
+            holder = self._read_json(self._holder_path(slot))
+            if holder and holder["fingerprint"] == cfg.fingerprint():
+                owners.append(f"slot {slot}: a cell of {cfg.name} uses its engine")
+            elif self._alive(state):
                 owners.append(f"slot {slot}: engine {state['config']} of the sweep in {state['owner']}")
             else:
                 owners.append(f"slot {slot}: in use by a running cell")
@@ -224,16 +308,19 @@ class SlotManager:
             "`gridbench engine stop --all` in its working directory"
         )
 
-    def _ensure(self, cfg: ServingConfig, slot: str, fingerprint: str, *, reuse: bool) -> EngineLease:
-        state = self._read_state(slot)
+    def _ensure(
+        self, cfg: ServingConfig, slots: tuple[str, ...], fingerprint: str, *, reuse: bool
+    ) -> EngineLease:
+        state = self._read_state(slots[0])
         if reuse and state:
             runtime = runtime_for(state["handle"]["runtime"])
             if runtime.is_running(state["handle"]):
-                _log_event("reuse", cfg.name, slot=slot, fingerprint=fingerprint)
+                _log_event("reuse", cfg.name, slot=slots[0], slots=list(slots), fingerprint=fingerprint)
                 return EngineLease(
                     config=cfg.name,
                     fingerprint=fingerprint,
-                    slot=slot,
+                    slot=slots[0],
+                    slots=slots,
                     plan=LaunchPlan(**{**state["plan"], "argv": tuple(state["plan"]["argv"])}),
                     handle=state["handle"],
                     started_at=state["started_at"],
@@ -243,12 +330,14 @@ class SlotManager:
                     image=state["image"],
                     headers=api_headers(cfg),
                 )
-        if state:
-            self._stop_state(slot, state)
-        return self._start(cfg, slot, fingerprint)
+        for slot in slots:  # whatever ran on the chosen slots goes first
+            if state := self._read_state(slot):
+                self._stop_state(slot, state)
+        return self._start(cfg, slots, fingerprint)
 
     def _port_for(self, cfg: ServingConfig, slot: str) -> int:
-        port = cfg.engine.port + self.slots.index(slot)
+        # GPU ids are host-wide, so jobs on one node that hold different GPUs get different ports
+        port = cfg.engine.port + (int(slot) if slot.isdigit() else self.slots.index(slot))
         if _port_free(cfg.engine.host, port):
             return port
         if cfg.engine.port_in_use == "pick_free":
@@ -260,28 +349,39 @@ class SlotManager:
             "port_in_use: pick_free",
         )
 
-    def _start(self, cfg: ServingConfig, slot: str, fingerprint: str) -> EngineLease:
+    def _start(self, cfg: ServingConfig, slots: tuple[str, ...], fingerprint: str) -> EngineLease:
+        slot = slots[0]
         runtime = runtime_for(cfg.engine.runtime)
         image = runtime.image_info(cfg)
         plan = launch_plan(cfg, self._port_for(cfg, slot))
         log_path = ENGINE_LOG_DIR / f"{cfg.name}.log"
-        gpus = [] if slot == "cpu" else [slot]
-        # unique per working directory: two sweeps on one host never touch each other's container
-        owner = hashlib.sha256(self.workdir.encode()).hexdigest()[:8]
-        name = f"gridbench-{owner}-{slot}-{cfg.name}".lower()
+        gpus = [s for s in slots if s != "cpu"] if cfg.engine.gpus else []
+        # unique per owner: two sweeps (or cluster jobs) on one host never touch each other's container
+        owner = hashlib.sha256(self.owner.encode()).hexdigest()[:8]
+        name = f"gridbench-{owner}-{'-'.join(slots)}-{cfg.name}".lower()
         started_at = now_iso()
-        _log_event("start", cfg.name, slot=slot, fingerprint=fingerprint, port=plan.port)
+        _log_event(
+            "start",
+            cfg.name,
+            slot=slot,
+            slots=list(slots),
+            fingerprint=fingerprint,
+            port=plan.port,
+            owner=self.owner,
+        )
         with Path(log_path).open("a") as log:
             log.write(
-                f"\n=== gridbench: starting {cfg.name} on slot {slot} at {started_at}: {plan.shell_line()}\n"
+                f"\n=== gridbench: starting {cfg.name} on slot {','.join(slots)} at {started_at}: "
+                f"{plan.shell_line()}\n"
             )
         key = api_key(cfg)
         env = {ENGINE_KEY_VARIABLE[cfg.engine.kind]: key} if key else {}
         handle = runtime.start(cfg, plan, name=name, gpus=gpus, log_path=log_path, env=env)
         state = {
-            "owner": self.workdir,
+            "owner": self.owner,
             "config": cfg.name,
             "fingerprint": fingerprint,
+            "slots": list(slots),
             "handle": handle,
             "plan": {**plan.__dict__, "argv": list(plan.argv)},
             "started_at": started_at,
@@ -289,7 +389,8 @@ class SlotManager:
             "version": None,
             "image": image,
         }
-        self._write_state(slot, state)
+        for member in slots:
+            self._write_state(member, state)
         headers = api_headers(cfg)
         what = f"engine {cfg.engine.name} for config {cfg.name}"
         try:
@@ -309,12 +410,14 @@ class SlotManager:
             raise
         state["ready_s"] = round(ready_s, 3)
         state["version"] = probe.engine_version(cfg.engine.kind, plan.base_url, headers)
-        self._write_state(slot, state)
+        for member in slots:
+            self._write_state(member, state)
         _log_event("ready", cfg.name, slot=slot, fingerprint=fingerprint, ready_s=state["ready_s"])
         return EngineLease(
             config=cfg.name,
             fingerprint=fingerprint,
             slot=slot,
+            slots=slots,
             plan=plan,
             handle=handle,
             started_at=started_at,
@@ -328,7 +431,10 @@ class SlotManager:
     def _stop_state(self, slot: str, state: dict[str, Any]) -> None:
         runtime_for(state["handle"]["runtime"]).stop(state["handle"])
         _log_event("stop", state["config"], slot=slot, fingerprint=state["fingerprint"])
-        self._write_state(slot, None)
+        for member in state.get("slots", [slot]):  # an engine on several GPUs frees them all
+            current = self._read_state(member)
+            if current and current["handle"] == state["handle"]:
+                self._write_state(member, None)
 
     def is_alive(self, engine: EngineLease) -> bool:
         return runtime_for(engine.handle["runtime"]).is_running(engine.handle)
@@ -343,13 +449,13 @@ class SlotManager:
             self._stop_state(engine.slot, state)
 
     def stop_all(self) -> list[str]:
-        """Stop every engine this working directory owns; returns the configs stopped."""
+        """Stop every engine this owner (working directory, or cluster job) started; returns the configs."""
         stopped = []
         for path in sorted(self.dir.glob("slot-*.json")):
             slot = path.stem.removeprefix("slot-")
             with self._flock(f"slot-{slot}.lock", blocking=True):
                 state = self._read_state(slot)
-                if state and state["owner"] == self.workdir:
+                if state and state["owner"] == self.owner:
                     self._stop_state(slot, state)
                     stopped.append(state["config"])
         return stopped

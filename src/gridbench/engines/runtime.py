@@ -16,11 +16,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from gridbench.engines.allocation import cuda_visible_devices, sweep_owner
 from gridbench.engines.commands import LaunchPlan
 from gridbench.errors import EngineError, EngineStartError, ImageNotFoundError
 from gridbench.grid import ServingConfig
 
-LABEL = "gridbench.workdir"  # containers are labelled with the working directory that started them
+LABEL = "gridbench.workdir"  # containers are labelled with their owner: working directory (and cluster job)
 
 
 class Runtime(Protocol):
@@ -59,7 +60,7 @@ class ProcessRuntime:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         child_env = {**os.environ, **cfg.all_env, **env}  # a local process inherits pass_env too
         if gpus:
-            child_env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+            child_env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices(gpus)
         with log_path.open("ab") as log:
             offset = log.tell()
             try:
@@ -189,7 +190,7 @@ class DockerRuntime:
         kwargs: dict[str, Any] = {
             "name": name,
             "detach": True,
-            "labels": {LABEL: str(Path.cwd())},
+            "labels": {LABEL: sweep_owner()},
             "environment": {**cfg.all_env, **passed_env(cfg), **env},
             "volumes": volumes,
             "privileged": engine.privileged,
@@ -247,9 +248,9 @@ class DockerRuntime:
             container.remove(force=True)
 
     def remove_labelled(self) -> list[str]:
-        """Remove the containers this working directory started (a safety net for lost state)."""
+        """Remove the containers this owner started (a safety net for lost state)."""
         removed = []
-        label = f"{LABEL}={Path.cwd()}"
+        label = f"{LABEL}={sweep_owner()}"
         for container in self.client.containers.list(all=True, filters={"label": label}):
             container.remove(force=True)
             removed.append(container.name)
