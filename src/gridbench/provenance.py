@@ -39,22 +39,27 @@ def scrub(text: str) -> str:
     return text
 
 
-@cache
-def gpu_info() -> dict[str, Any]:
-    """GPU names and the driver from nvidia-smi; nulls on a machine without one."""
+def query_gpus(fields: str) -> list[list[str]]:
+    """One row per GPU of ``nvidia-smi --query-gpu=FIELDS``; none without NVIDIA GPUs."""
     if not shutil.which("nvidia-smi"):
-        return {"gpu": None, "gpu_count": 0, "driver": None}
+        return []
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
             capture_output=True,
             text=True,
             timeout=20,
             check=True,
         ).stdout
     except (subprocess.SubprocessError, OSError):
-        return {"gpu": None, "gpu_count": 0, "driver": None}
-    rows = [[part.strip() for part in line.split(",")] for line in out.splitlines() if line.strip()]
+        return []
+    return [[part.strip() for part in line.split(",")] for line in out.splitlines() if line.strip()]
+
+
+@cache
+def gpu_info() -> dict[str, Any]:
+    """GPU names and the driver from nvidia-smi; nulls on a machine without one."""
+    rows = query_gpus("name,driver_version,memory.total")
     return {
         "gpu": rows[0][0] if rows else None,
         "gpu_count": len(rows),

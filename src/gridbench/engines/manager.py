@@ -18,9 +18,7 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,6 +33,7 @@ from gridbench.engines.runtime import DockerRuntime, runtime_for
 from gridbench.errors import EngineError, PortInUseError, SlotBusyError
 from gridbench.files import atomic_write_text
 from gridbench.grid import ServingConfig
+from gridbench.provenance import query_gpus
 
 log = logging.getLogger(__name__)
 
@@ -47,19 +46,7 @@ def slot_dir() -> Path:
 
 def detect_gpus() -> list[str]:
     """GPU indices from nvidia-smi; empty on a machine without NVIDIA GPUs."""
-    if not shutil.which("nvidia-smi"):
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
+    return [row[0] for row in query_gpus("index")]
 
 
 def now_iso() -> str:
