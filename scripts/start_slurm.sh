@@ -34,6 +34,8 @@ stop() {
         fi
     done
 }
+# grep -c reads all of sinfo's output: with pipefail, grep -q's early exit can fail the pipe
+node_up() { sinfo -h -o %T 2>/dev/null | grep -Ec '^(idle|mixed|allocated)' >/dev/null; }
 if [ "${1:-}" = "--stop" ]; then stop; exit 0; fi
 
 if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null \
@@ -48,7 +50,7 @@ if [ -e "$CONF" ] && ! grep -qF "$MARK" "$CONF"; then
     exit 1
 fi
 if [ -e "$CONF" ] && grep -qF "StateSaveLocation=$STATE/" "$CONF" \
-    && sinfo -h -o %T 2>/dev/null | grep -Eq '^(idle|mixed|allocated)'; then
+    && node_up; then
     echo "SLURM already running ($CONF)"
     exit 0
 fi
@@ -113,10 +115,10 @@ fi
 slurmctld
 slurmd
 for _ in $(seq 1 120); do
-    sinfo -h -o %T 2>/dev/null | grep -Eq '^(idle|mixed|allocated)' && break
+    node_up && break
     sleep 0.5
 done
-if ! sinfo -h -o %T 2>/dev/null | grep -Eq '^(idle|mixed|allocated)'; then
+if ! node_up; then
     echo "SLURM did not come up; logs:" >&2
     tail -n 30 "$STATE/slurmctld.log" "$STATE/slurmd.log" >&2 || true
     exit 1

@@ -44,10 +44,19 @@ bash scripts/snakemake_lint.sh --configfile config/demo.yaml
 snakefmt --check Snakefile workflow/rules/
 
 step "dry-runs of the seed grids"
-snakemake -n --quiet rules --configfile config/config.yaml | tee /dev/stderr | grep -Eq '^bench_cell +126$'
-snakemake -n --quiet rules --config engine=aeon | tee /dev/stderr | grep -Eq '^bench_cell +70$'
-snakemake -n --quiet rules --configfile config/studies/qwen36-35b-a3b-dflash.yaml | tee /dev/stderr | grep -Eq '^natural_cell +48$'
-snakemake -n --quiet rules --configfile config/ci-vllm.yaml | tee /dev/stderr | grep -Eq '^bench_cell +15$'
+# The whole job table is read before it is checked: `grep -q` would stop reading at the
+# match, and with pipefail the writer's SIGPIPE (exit 141) would fail the step.
+expect_jobs() {  # expect_jobs RULE COUNT [snakemake args...]
+    local rule=$1 count=$2 table
+    shift 2
+    table=$(snakemake -n --quiet rules "$@")
+    printf '%s\n' "$table" >&2
+    grep -Eq "^$rule +$count\$" <<<"$table" || { echo "expected $count $rule jobs for: $*" >&2; exit 1; }
+}
+expect_jobs bench_cell 126 --configfile config/config.yaml
+expect_jobs bench_cell 70 --config engine=aeon
+expect_jobs natural_cell 48 --configfile config/studies/qwen36-35b-a3b-dflash.yaml
+expect_jobs bench_cell 15 --configfile config/ci-vllm.yaml
 
 step "tests"
 python -m pytest -q -m "not slurm" tests
