@@ -131,6 +131,7 @@ def provenance_record(
             "serve_command": " ".join(argv),
             "base_url": f"http://{cfg.engine.host}:{cfg.engine.port}",
             "slot": "0",
+            "slots": ["0"],
             "started_at": started_at,
             "startup_s": 300.0,
             "reused": True,
