@@ -127,6 +127,19 @@ def engine_alive(handle: dict) -> bool:
     return ProcessRuntime().is_running(handle)  # a killed engine may linger as a zombie
 
 
+@pytest.mark.docker
+def test_an_engine_is_checked_after_the_rules_that_make_what_it_mounts(tmp_path, demo_config, monkeypatch):
+    """In a fresh directory the container's model volume does not exist until a rule
+    writes the models: the engine's check must wait for that rule, not fail on the mount."""
+    monkeypatch.chdir(tmp_path)
+    write_config(tmp_path / "grid.yaml", in_runtime(demo_config, "docker"))
+    result = snakemake(tmp_path, "results/preflight/llamacpp.json", "--configfile", "grid.yaml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    check = json.loads((tmp_path / "results/preflight/llamacpp.json").read_text())
+    assert check["image_id"].startswith("sha256:")
+    assert (tmp_path / "resources/models/demo/target-f16.gguf").exists()
+
+
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_a_failed_cell_reruns_alone(workdir, demo_config, runtime):
     demo_config["configs"] = {"D_q8_0_n0": demo_config["configs"]["D_q8_0_n0"]}

@@ -102,6 +102,17 @@ def get_report_natural_option(wildcards):
     return "--natural dataset/natural.parquet" if GRID.natural else ""
 
 
+def get_engine_files(wildcards):
+    """The host files of the engine's configs (built by a rule when one makes them), so
+    that its check finds the paths its volumes mount."""
+    files = {}
+    for name in PLAN["configs"]:
+        cfg = GRID.configs[name]
+        if cfg.engine.name == wildcards.engine:
+            files.update(dict.fromkeys(cfg.files))
+    return list(files)
+
+
 def get_cell_files(wildcards):
     """The engine's preflight check and the host files the cell needs (built by a rule
     when one makes them)."""

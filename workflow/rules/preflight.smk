@@ -1,4 +1,6 @@
 rule check_engine:
+    input:
+        get_engine_files,
     output:
         "results/preflight/{engine}.json",
     log:
