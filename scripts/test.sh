@@ -59,10 +59,11 @@ expect_jobs natural_cell 48 --configfile config/studies/qwen36-35b-a3b-dflash.ya
 expect_jobs bench_cell 15 --configfile config/ci-vllm.yaml
 
 step "tests"
-python -m pytest -q -m "not slurm" tests
+python -m pytest -q -m "not slurm" --durations=15 tests
 
 step "the demo sweep, end to end"
-rm -rf results dataset logs/cells
+# from nothing, as on a fresh clone: assets are generated, then one engine start per config
+rm -rf results dataset logs/cells logs/engines resources/models/demo resources/corpus
 snakemake -j1 --configfile config/demo.yaml --quiet rules
 python -c 'import pandas as pd; f = pd.read_csv("dataset/dataset.csv"); print(f[["config", "context_tokens", "status", "decode_tps", "ttft_ms", "acceptance_rate"]].to_string()); assert (f.status == "ok").all()'
 python - <<'PY'
@@ -72,6 +73,10 @@ for c in cells:
     s, sd = c["summary"], c["spec_decode"]
     print(f'{c["config"]:<14}{c["prompt_class"]:<7}c={c["concurrency"]:<3}{s["ok"]}/{s["requests"]} ok  {s["output_tok_s"]:8.1f} tok/s  TTFT p50 {s["ttft_ms_p50"]:8.1f} ms  acceptance {sd and sd["acceptance_rate"]}')
 assert len(cells) == 16 and all(c["summary"]["error_rate"] == 0 for c in cells)
+events = [json.loads(line) for line in open("logs/engines/events.jsonl")]
+starts = [e["config"] for e in events if e["event"] == "start"]
+print("engine starts:", starts)
+assert sorted(starts) == sorted(set(starts)) and len(starts) == 4, "one warm engine per config"
 PY
 
 # --- Scale-out on a cluster (issue 7): a real single-node SLURM from Debian's packages

@@ -127,17 +127,18 @@ def engine_alive(handle: dict) -> bool:
     return ProcessRuntime().is_running(handle)  # a killed engine may linger as a zombie
 
 
-@pytest.mark.docker
-def test_an_engine_is_checked_after_the_rules_that_make_what_it_mounts(tmp_path, demo_config, monkeypatch):
-    """In a fresh directory the container's model volume does not exist until a rule
-    writes the models: the engine's check must wait for that rule, not fail on the mount."""
+def test_an_engine_is_checked_once_everything_its_cells_read_is_there(tmp_path, demo_config, monkeypatch):
+    """The check of an engine depends on every file its cells read: then all of its cells
+    become ready together and run back to back by priority. Without that, the scheduler
+    may run the natural cells before the corpus exists, and start each engine twice."""
     monkeypatch.chdir(tmp_path)
-    write_config(tmp_path / "grid.yaml", in_runtime(demo_config, "docker"))
-    result = snakemake(tmp_path, "results/preflight/llamacpp.json", "--configfile", "grid.yaml")
+    write_config(tmp_path / "grid.yaml", demo_config)
+    result = snakemake(
+        tmp_path, "results/preflight/llamacpp.json", "-n", "--quiet", "rules", "--configfile", "grid.yaml"
+    )
     assert result.returncode == 0, result.stdout + result.stderr
-    check = json.loads((tmp_path / "results/preflight/llamacpp.json").read_text())
-    assert check["image_id"].startswith("sha256:")
-    assert (tmp_path / "resources/models/demo/target-f16.gguf").exists()
+    jobs = dict(re.findall(r"^(\w+) +(\d+)$", result.stdout, re.MULTILINE))
+    assert jobs == {"make_demo_models": "1", "make_corpus": "1", "check_engine": "1", "total": "3"}
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)

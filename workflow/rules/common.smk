@@ -102,22 +102,36 @@ def get_report_natural_option(wildcards):
     return "--natural dataset/natural.parquet" if GRID.natural else ""
 
 
+def _host_files(config_name, kind):
+    """What a cell of this config and kind (benchy or natural) reads on the host."""
+    cfg = GRID.configs[config_name]
+    if kind == "benchy":
+        return [*cfg.files, GRID.benchy.corpus]
+    prompt_file = GRID.natural["prompt_file"]
+    return [*cfg.files, *([prompt_file] if prompt_file else [])]
+
+
 def get_engine_files(wildcards):
-    """The host files of the engine's configs (built by a rule when one makes them), so
-    that its check finds the paths its volumes mount."""
+    """Every host file the engine's cells need (built by a rule when one makes them):
+    its check finds the paths its volumes mount, and once it has passed all of the
+    engine's cells are ready at once, so the priorities keep each config's cells back to
+    back on one warm engine (natural cells would otherwise run first, before the corpus).
+    """
     files = {}
-    for name in PLAN["configs"]:
-        cfg = GRID.configs[name]
-        if cfg.engine.name == wildcards.engine:
-            files.update(dict.fromkeys(cfg.files))
+    for plan, kind in ((PLAN, "benchy"), (NATURAL_PLAN, "natural")):
+        for name in dict.fromkeys(cell["config"] for cell in plan["cells"]):
+            if GRID.configs[name].engine.name == wildcards.engine:
+                files.update(dict.fromkeys(_host_files(name, kind)))
     return list(files)
 
 
 def get_cell_files(wildcards):
-    """The engine's preflight check and the host files the cell needs (built by a rule
-    when one makes them)."""
-    cfg = GRID.configs[wildcards.config]
-    return [f"results/preflight/{cfg.engine.name}.json", *cfg.files, GRID.benchy.corpus]
+    """The engine's preflight check and the host files the cell needs."""
+    engine = GRID.configs[wildcards.config].engine.name
+    return [
+        f"results/preflight/{engine}.json",
+        *_host_files(wildcards.config, "benchy"),
+    ]
 
 
 _CONTEXTS = {}
@@ -138,12 +152,10 @@ def get_cell_context(wildcards):
 
 def get_natural_cell_files(wildcards):
     """As get_cell_files, with the study's prompt file instead of llama-benchy's corpus."""
-    cfg = GRID.configs[wildcards.config]
-    prompt_file = GRID.natural["prompt_file"]
+    engine = GRID.configs[wildcards.config].engine.name
     return [
-        f"results/preflight/{cfg.engine.name}.json",
-        *cfg.files,
-        *([prompt_file] if prompt_file else []),
+        f"results/preflight/{engine}.json",
+        *_host_files(wildcards.config, "natural"),
     ]
 
 
