@@ -29,6 +29,10 @@ rule all:
         get_final_outputs(),
 
 
+onstart:
+    interrupt_on_sigterm()
+
+
 onsuccess:
     shell(
         "rm -rf partial"

@@ -178,8 +178,16 @@ def test_a_failed_cell_reruns_alone(workdir, demo_config, runtime):
     assert list(frame["status"]) == ["ok", "ok", "ok"]
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_ctrl_c_stops_every_engine_and_the_rerun_redoes_the_cell(workdir, demo_config, runtime):
+@pytest.mark.parametrize(
+    "runtime,interrupt",
+    [
+        ("process", "ctrl-c"),  # SIGINT to the terminal's whole foreground process group
+        pytest.param("docker", "sigterm", marks=pytest.mark.docker),  # `kill PID`, a batch system
+    ],
+)
+def test_an_interrupt_stops_every_engine_and_the_rerun_redoes_the_cell(
+    workdir, demo_config, runtime, interrupt
+):
     demo_config["configs"] = {"D_f16_n0": demo_config["configs"]["D_f16_n0"]}
     demo_config["depths"] = [0, 256, 512]
     demo_config.pop("natural")
@@ -187,7 +195,10 @@ def test_ctrl_c_stops_every_engine_and_the_rerun_redoes_the_cell(workdir, demo_c
     proc = snakemake(workdir, "--configfile", "grid.yaml", background=True)
     wait_for_measuring(proc, workdir / "logs/cells/D_f16_n0/depth_256.log")
     handle = slot_state()["handle"]
-    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground process group
+    if interrupt == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGTERM)  # Snakemake alone: it must interrupt its cells itself
     proc.communicate(timeout=300)
     assert proc.returncode != 0
 

@@ -13,5 +13,5 @@ rule bench_cell:
     params:
         context=get_cell_context,
     shell:
-        "gridbench bench --context {params.context:q} --depth {wildcards.depth}"
+        "exec gridbench bench --context {params.context:q} --depth {wildcards.depth}"
         " --raw {output.raw:q} --provenance {output.provenance:q} > {log:q} 2>&1"

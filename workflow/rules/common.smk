@@ -1,9 +1,12 @@
 import hashlib
 import json
+import contextlib
 import re
+import signal
 import sys
 from pathlib import Path
 
+import psutil
 from snakemake.utils import validate
 
 from gridbench import layout
@@ -252,3 +255,18 @@ def keep_going_in_cluster_jobs():
 
 
 keep_going_in_cluster_jobs()
+
+
+def interrupt_on_sigterm():
+    """SIGTERM to Snakemake (`kill`, a batch system, a service manager) acts as Ctrl-C:
+    the running cells are interrupted, record it and leave no result, then onerror stops
+    every engine. Snakemake's own handler waits for the running cells instead, which can
+    outlast the grace period before SIGKILL and leave engines running on the GPU."""
+
+    def interrupt(signum, frame):
+        for job in psutil.Process().children():  # the cell rules exec their command
+            with contextlib.suppress(psutil.NoSuchProcess):
+                job.send_signal(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)

@@ -13,6 +13,6 @@ rule natural_cell:
     params:
         context=get_natural_cell_context,
     shell:
-        "gridbench natural --context {params.context:q}"
+        "exec gridbench natural --context {params.context:q}"
         " --prompt-class {wildcards.prompt_class:q} --concurrency {wildcards.concurrency}"
         " --out {output.raw:q} --provenance {output.provenance:q} > {log:q} 2>&1"
