@@ -18,12 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from gridbench.aggregate.natural_plan import natural_plan
-
 from gridbench.aggregate import dataset, natural, synthetic
 from gridbench.aggregate.report import render_report
 from gridbench.grid import Grid, validate_config
-from gridbench.plan import benchy_plan
+from gridbench.plan import benchy_plan, natural_plan
 
 TARGET_S = 5.0
 DEPTHS = 20
