@@ -29,7 +29,7 @@ from gridbench.engines.manager import EngineLease, SlotManager, now_iso
 from gridbench.errors import BenchmarkError, EngineDiedError, EngineError, GridbenchError
 from gridbench.files import atomic_write_bytes, atomic_write_json, atomic_write_text
 from gridbench.grid import BenchySettings, Grid, ServingConfig
-from gridbench.harness import benchy, natural
+from gridbench.harness import benchy
 from gridbench.spec_metrics import acceptance, parse_spec_counters
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,8 @@ def write_context(grid: Grid, config: str, slots: list[str], kind: str) -> Path:
     if kind == "benchy":
         context["benchy"] = asdict(grid.benchy)
     else:
+        from gridbench.harness import natural  # aiohttp: a quarter second llama-benchy cells skip
+
         prompts = natural.resolve_prompts(natural.NaturalSettings.from_dict(grid.natural))
         context["natural"] = {**grid.natural, "prompts": prompts}
     text = json.dumps(context, sort_keys=True, separators=(",", ":"))
@@ -348,6 +350,8 @@ def _acceptance(
 
 def measure_natural(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[str, Any]:
     """Warm up, then the measured requests, bracketed by spec-decode counter snapshots."""
+    from gridbench.harness import natural  # aiohttp: a quarter second llama-benchy cells skip
+
     cfg = spec.serving_config
     settings = natural.NaturalSettings.from_dict(spec.natural)
     plan = natural.level_plan(settings, spec.natural["prompt"], spec.concurrency, cfg.bench_extra_body)
