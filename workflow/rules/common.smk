@@ -115,11 +115,10 @@ def _host_files(config_name, kind):
 
 
 def get_engine_files(wildcards):
-    """Every host file the engine's cells need (built by a rule when one makes them):
-    its check finds the paths its volumes mount, and once it has passed all of the
-    engine's cells are ready at once, so the priorities keep each config's cells back to
-    back on one warm engine (natural cells would otherwise run first, before the corpus).
-    """
+    """Every host file the engine's cells need. Its check then finds the paths its
+    volumes mount, and once it has passed, all of the engine's cells are ready at once:
+    the priorities keep each config's cells back to back on one warm engine (natural
+    cells would otherwise run first, before the corpus exists)."""
     files = {}
     for plan, kind in ((PLAN, "benchy"), (NATURAL_PLAN, "natural")):
         for name in dict.fromkeys(cell["config"] for cell in plan["cells"]):
