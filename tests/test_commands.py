@@ -165,7 +165,8 @@ def test_engine_command_names_the_configs_of_an_unknown_one():
 CI_VLLM = ["--configfile", str(REPO / "config/ci-vllm.yaml")]
 CI_VLLM_ENV = [
     *shlex.split("-e VLLM_TARGET_DEVICE=cpu -e VLLM_CPU_KVCACHE_SPACE=1 -e VLLM_CPU_OMP_THREADS_BIND=auto"),
-    *shlex.split("-e VLLM_SERVER_DEV_MODE=1 -e HF_HUB_OFFLINE=1 -e TRANSFORMERS_OFFLINE=1"),
+    *shlex.split("-e VLLM_SERVER_DEV_MODE=1 -e VLLM_ENABLE_V1_MULTIPROCESSING=0"),
+    *shlex.split("-e HF_HUB_OFFLINE=1 -e TRANSFORMERS_OFFLINE=1"),
     *shlex.split("-e VLLM_NO_USAGE_STATS=1 -e DO_NOT_TRACK=1"),
 ]
 
