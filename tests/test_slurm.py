@@ -46,14 +46,15 @@ def slurm_run_id(log: str) -> str:
 
 def cluster_jobs(run_id: str) -> list[dict[str, str]]:
     """The SLURM jobs of one Snakemake run, as squeue lists them (finished ones included)."""
+    fields = "JobID:|,State:|,TimeLimit:|,tres-per-job"
     out = subprocess.run(
-        ["squeue", "--states=all", "--noheader", "--name", run_id, "-O", "JobID:|,State:|,tres-per-job"],
+        ["squeue", "--states=all", "--noheader", "--name", run_id, "-O", fields],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
     rows = [[field.strip() for field in line.split("|")] for line in out.splitlines()]
-    return [dict(zip(("id", "state", "tres"), row, strict=True)) for row in rows]
+    return [dict(zip(("id", "state", "time_limit", "tres"), row, strict=True)) for row in rows]
 
 
 def cells_run(log: str) -> list[dict[str, str]]:
@@ -137,9 +138,12 @@ def sweep(tmp_path_factory, demo_assets) -> Sweep:
 
 
 def test_each_config_runs_as_one_cluster_job_on_one_engine(sweep):
-    jobs = cluster_jobs(slurm_run_id(log_of_run(sweep.cluster, 0)))
-    assert len(jobs) == len(sweep.configs)  # one cluster job per serving config, nothing else
-    assert all("gpu:1" in job["tres"] for job in jobs), jobs  # each asked SLURM for one GPU
+    all_jobs = cluster_jobs(slurm_run_id(log_of_run(sweep.cluster, 0)))
+    jobs = [job for job in all_jobs if "gpu:1" in job["tres"]]  # each asked SLURM for one GPU
+    assert len(jobs) == len(sweep.configs)  # one cluster job per serving config
+    # and before them the engine's check, a short job on a node without a GPU; nothing else
+    checks = [(job["state"], job["tres"], job["time_limit"]) for job in all_jobs if job not in jobs]
+    assert checks == [("COMPLETED", "N/A", "5:00")]
     assert sorted(job["state"] for job in jobs) == ["COMPLETED"] * 3 + ["FAILED"]  # the victim's
     job_of: dict[str, set[str]] = {}
     for path in sweep.cluster.glob("results/raw/*/*.provenance.json"):
