@@ -56,7 +56,7 @@ expect_jobs() {  # expect_jobs RULE COUNT [snakemake args...]
 expect_jobs bench_cell 126 --configfile config/config.yaml
 expect_jobs bench_cell 70 --config engine=aeon
 expect_jobs natural_cell 48 --configfile config/studies/qwen36-35b-a3b-dflash.yaml
-expect_jobs bench_cell 15 --configfile config/ci-vllm.yaml
+expect_jobs bench_cell 8 --configfile config/ci-vllm.yaml
 
 step "tests"
 python -m pytest -q -m "not slurm" --durations=15 tests

