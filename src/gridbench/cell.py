@@ -30,6 +30,7 @@ from gridbench.errors import BenchmarkError, EngineDiedError, EngineError, Gridb
 from gridbench.files import atomic_write_bytes, atomic_write_json, atomic_write_text
 from gridbench.grid import BenchySettings, Grid, ServingConfig
 from gridbench.harness import benchy
+from gridbench.harness.prompts import NaturalSettings, resolve_prompts
 from gridbench.spec_metrics import acceptance, parse_spec_counters
 
 log = logging.getLogger(__name__)
@@ -97,9 +98,7 @@ def write_context(grid: Grid, config: str, slots: list[str], kind: str) -> Path:
     if kind == "benchy":
         context["benchy"] = asdict(grid.benchy)
     else:
-        from gridbench.harness import natural  # aiohttp: a quarter second llama-benchy cells skip
-
-        prompts = natural.resolve_prompts(natural.NaturalSettings.from_dict(grid.natural))
+        prompts = resolve_prompts(NaturalSettings.from_dict(grid.natural))
         context["natural"] = {**grid.natural, "prompts": prompts}
     text = json.dumps(context, sort_keys=True, separators=(",", ":"))
     path = CONTEXT_DIR / f"{config}-{kind}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
@@ -353,7 +352,7 @@ def measure_natural(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[
     from gridbench.harness import natural  # aiohttp: a quarter second llama-benchy cells skip
 
     cfg = spec.serving_config
-    settings = natural.NaturalSettings.from_dict(spec.natural)
+    settings = NaturalSettings.from_dict(spec.natural)
     plan = natural.level_plan(settings, spec.natural["prompt"], spec.concurrency, cfg.bench_extra_body)
     endpoint = natural.Endpoint(engine.base_url, cfg.checkpoint.served_model_name, engine.headers)
     cache_reset = probe.reset_prefix_cache(cfg.engine.kind, engine.base_url, engine.headers)

@@ -6,7 +6,7 @@ from typing import Any
 
 from gridbench import layout
 from gridbench.grid import Grid
-from gridbench.harness.natural import NaturalSettings, resolve_prompts
+from gridbench.harness.prompts import NaturalSettings, resolve_prompts
 
 
 def benchy_plan(grid: Grid) -> dict[str, Any]:

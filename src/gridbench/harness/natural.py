@@ -17,15 +17,12 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 
-from gridbench.errors import ConfigError
 from gridbench.harness import stats
+from gridbench.harness.prompts import NaturalSettings
 from gridbench.harness.sse import SSEParser, parse_chunk
 from gridbench.harness.stats import ERRORED, INCOMPLETE, OK, RequestTrace
 
@@ -35,71 +32,6 @@ SCHEMA = "gridbench.natural.v1"
 LOAD_GENERATOR = "gridbench-natural"
 WARMUP_MAX_TOKENS = 128  # as AEON's bench_natural.py: warm-up compiles and autotunes, no need for more
 _ERROR_BODY_CHARS = 300
-
-
-@dataclass(frozen=True)
-class NaturalSettings:
-    """The config's ``natural`` section (schema defaults filled in)."""
-
-    prompt_classes: tuple[str, ...]
-    prompt_file: str | None
-    concurrency: tuple[int, ...]
-    requests: int
-    max_tokens: int
-    temperature: float
-    warmup: int
-    cache_bust: bool
-    extra_body: dict[str, Any]
-    max_error_rate: float
-    request_timeout_s: float
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> NaturalSettings:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        known["prompt_classes"] = tuple(known["prompt_classes"])
-        known["concurrency"] = tuple(known["concurrency"])
-        return cls(**known)
-
-
-def load_prompts(prompt_file: str | Path | None) -> dict[str, str]:
-    """Prompt strings by class: the packaged seed prompts, or a study's own YAML/JSON file."""
-    if prompt_file is None:
-        text = resources.files("gridbench").joinpath("data/prompts.yaml").read_text()
-        source = "the packaged prompts"
-    else:
-        try:
-            text = Path(prompt_file).read_text()
-        except FileNotFoundError as err:
-            raise ConfigError(
-                f"natural.prompt_file {prompt_file} does not exist",
-                hint="point natural.prompt_file at a YAML or JSON file of class: prompt, or drop it",
-            ) from err
-        source = str(prompt_file)
-    try:
-        prompts = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{source} is not valid YAML or JSON: {err}") from err
-    if not isinstance(prompts, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) and v for k, v in prompts.items()
-    ):
-        raise ConfigError(
-            f"{source} must map prompt class names to non-empty prompt strings",
-            hint='e.g. code: "Write a complete Python implementation of quicksort ..."',
-        )
-    return prompts
-
-
-def resolve_prompts(settings: NaturalSettings) -> dict[str, str]:
-    """The prompt of every class the study runs; an unknown class is a config error."""
-    prompts = load_prompts(settings.prompt_file)
-    unknown = [c for c in settings.prompt_classes if c not in prompts]
-    if unknown:
-        raise ConfigError(
-            f"natural.prompt_classes: unknown class {', '.join(unknown)}; "
-            f"allowed values: {', '.join(prompts)}",
-            hint="fix natural.prompt_classes or add the class to natural.prompt_file",
-        )
-    return {c: prompts[c] for c in settings.prompt_classes}
 
 
 @dataclass(frozen=True)
