@@ -1,13 +1,14 @@
 """How exactly the natural-prompt harness measures: against a paced server whose timing is known.
 
-The paced server (aiohttp, its own process) answers every streamed chat completion with a
-first text chunk ``ttft`` after the request arrived and one chunk per token every ``gap``
-after that, on an absolute schedule, and records when it actually wrote each chunk on the
-host's monotonic clock (the clock the harness reads). "True" below is what the server
-did: TTFT = first write - arrival, TPOT = (last write - first write) / (tokens - 1),
-aggregate = tokens / (last write - first arrival). The harness's numbers are the ones it
-writes into a cell's JSON. llama-benchy measures the same server for comparison; its tg
-is (tokens - 1) / (last chunk - first chunk) per request, so it is compared with 1 / TPOT.
+The paced server (plain asyncio, its own processes) answers every streamed chat completion
+with a first text chunk ``ttft`` after the request arrived and one chunk per token every
+``gap`` after that, on an absolute schedule, and records when it actually wrote each chunk
+on the host's monotonic clock (the clock the harness reads). "True" below is what the
+server did: TTFT = first write - arrival (the request's first bytes read off the socket),
+TPOT = (last write - first write) / (tokens - 1), aggregate = tokens / (last write - first
+arrival). The harness's numbers are the ones it writes into a cell's JSON. llama-benchy
+measures the same server for comparison; its tg is (tokens - 1) / (last chunk - first
+chunk) per request, so it is compared with 1 / TPOT.
 
     python benchmarks/harness_fidelity.py            # c = 1, 16, 64 (the last >= 20,000 tok/s)
     python benchmarks/harness_fidelity.py --quick    # smaller, for a smoke run
@@ -31,8 +32,6 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-
-from aiohttp import web
 
 from gridbench.harness import natural
 from gridbench.harness.stats import nearest_rank
@@ -71,73 +70,93 @@ QUICK = [
 
 def serve(port: int, control_port: int, ttft_ms: float, gap_ms: float, tokens: int) -> None:
     """One server process: the shared port (SO_REUSEPORT spreads connections over the
-    processes) and its own control port for /log."""
+    processes) and its own control port for /log. Plain asyncio, not aiohttp's server: at
+    64 streams its per-chunk cost saturated a core, and requests then waited in the
+    server's own event loop before their arrival could even be read."""
     log: list[dict] = []
     chunks = [
         b'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" t%d"}}]}\n\n' % k
         for k in range(tokens)
     ]
 
-    async def completions(request: web.Request) -> web.StreamResponse:
-        arrival = time.perf_counter_ns()
-        body = await request.json()
-        n = min(int(body.get("max_tokens") or tokens), tokens)
-        content = body["messages"][-1]["content"]
-        usage = {"prompt_tokens": len(content.split()), "completion_tokens": n, "total_tokens": n}
-        if not body.get("stream"):  # llama-benchy's prompt-size calibration
-            message = {"role": "assistant", "content": "".join(f" t{k}" for k in range(n))}
-            return web.json_response({"choices": [{"index": 0, "message": message}], "usage": usage})
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        sent = []
-        lateness = []
+    async def stream(transport: asyncio.Transport, arrival: int, n: int, content: str, usage: dict) -> None:
+        transport.write(HEAD % b"text/event-stream")
+        sent, lateness = [], []
         for k in range(n):
             target = arrival + int((ttft_ms + k * gap_ms) * 1e6)
             delay = target - time.perf_counter_ns()
             if delay > 0:
                 await asyncio.sleep(delay / 1e9)
             now = time.perf_counter_ns()
-            await response.write(chunks[k])
+            transport.write(chunks[k])
             sent.append(now)
             lateness.append(now - target)
-        tail = (
+        transport.write(
             b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n'
             + f'data: {{"choices":[],"usage":{json.dumps(usage)}}}\n\n'.encode()
             + b"data: [DONE]\n\n"
         )
-        await response.write(tail)
-        await response.write_eof()
+        transport.close()
         log.append(
             {"prompt": content[:40], "arrival": arrival, "first": sent[0], "last": sent[-1], "tokens": n}
             | {"late_p50_ms": sorted(lateness)[len(lateness) // 2] / 1e6, "late_max_ms": max(lateness) / 1e6}
         )
-        return response
 
-    async def models(_):
-        return web.json_response({"object": "list", "data": [{"id": MODEL}]})
+    def respond(transport: asyncio.Transport, arrival: int, target: bytes, body: bytes) -> None:
+        if target == b"/v1/models":
+            return reply_json(transport, {"object": "list", "data": [{"id": MODEL}]})
+        if target == b"/log":
+            taken = list(log)
+            log.clear()
+            return reply_json(transport, taken)
+        request = json.loads(body)
+        n = min(int(request.get("max_tokens") or tokens), tokens)
+        content = request["messages"][-1]["content"]
+        usage = {"prompt_tokens": len(content.split()), "completion_tokens": n, "total_tokens": n}
+        if not request.get("stream"):  # llama-benchy's prompt-size calibration
+            message = {"role": "assistant", "content": "".join(f" t{k}" for k in range(n))}
+            return reply_json(transport, {"choices": [{"index": 0, "message": message}], "usage": usage})
+        tasks.add(task := asyncio.ensure_future(stream(transport, arrival, n, content, usage)))
+        task.add_done_callback(tasks.discard)
 
-    async def take_log(_):
-        taken = list(log)
-        log.clear()
-        return web.json_response(taken)
+    tasks: set[asyncio.Future] = set()
 
-    app = web.Application()
-    app.add_routes(
-        [
-            web.post("/v1/chat/completions", completions),
-            web.get("/v1/models", models),
-            web.get("/log", take_log),
-        ]
-    )
+    class Connection(asyncio.Protocol):
+        """One request per connection (every response says Connection: close)."""
+
+        def connection_made(self, transport):
+            self.transport, self.data, self.arrival, self.answered = transport, b"", 0, False
+
+        def data_received(self, data):
+            if self.answered:  # one request only
+                return
+            self.arrival = self.arrival or time.perf_counter_ns()  # its first bytes, read
+            self.data += data
+            head, found, body = self.data.partition(b"\r\n\r\n")
+            if not found:
+                return
+            request_line, *headers = head.split(b"\r\n")
+            fields = dict(line.lower().split(b":", 1) for line in headers)
+            length = int(fields.get(b"content-length", 0))
+            if len(body) >= length:
+                self.answered = True
+                respond(self.transport, self.arrival, request_line.split()[1], body[:length])
 
     async def run() -> None:
-        runner = web.AppRunner(app, shutdown_timeout=1)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port, backlog=1024, reuse_port=True).start()
-        await web.TCPSite(runner, "127.0.0.1", control_port).start()
+        loop = asyncio.get_running_loop()
+        await loop.create_server(Connection, "127.0.0.1", port, backlog=1024, reuse_port=True)
+        await loop.create_server(Connection, "127.0.0.1", control_port)
         await asyncio.Event().wait()
 
     asyncio.run(run())
+
+
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nConnection: close\r\n\r\n"
+
+
+def reply_json(transport: asyncio.Transport, document) -> None:
+    transport.write(HEAD % b"application/json" + json.dumps(document).encode())
+    transport.close()
 
 
 def _free_port() -> int:
