@@ -221,7 +221,11 @@ def test_ci_grid_in_containers_end_to_end(workdir):
     by_config = frame.groupby("config")["acceptance_rate"]
     assert by_config.min()["V_bf16_self"] >= 0.95
     assert by_config.max()["V_bf16_random"] <= 0.05
-    assert by_config.min()["V_f32_ngram"] > 0  # greedy random models loop: ngram drafts hit
+    # a greedy random model loops, so ngram proposes drafts in every cell; how many hit in
+    # one short cell varies from run to run (one run had a single draft at depth 0, rejected)
+    ngram = frame[frame["config"] == "V_f32_ngram"]
+    assert (ngram["spec_draft_tokens"] > 0).all() and ngram["spec_accepted_tokens"].sum() > 0
+    assert (ngram["acceptance_rate"] == ngram["spec_accepted_tokens"] / ngram["spec_draft_tokens"]).all()
     assert frame[frame["speculation"] == "none"]["acceptance_rate"].isna().all()
     prov = json.loads((workdir / "results/raw/V_f32_ngram/depth_0.provenance.json").read_text())
     assert prov["engine"]["image"] == VLLM_IMAGE and prov["engine"]["image_id"].startswith("sha256:")
