@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import importlib.util
+import socket
 import sys
+import time
 
 import pytest
 
@@ -13,10 +15,34 @@ from conftest import REPO
 SCRIPTS = sorted((REPO / "benchmarks").glob("*.py"))
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
-def test_benchmark_script_loads(script, monkeypatch):
+def load(script, monkeypatch):
     spec = importlib.util.spec_from_file_location(f"benchmark_{script.stem}", script)
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
     spec.loader.exec_module(module)  # imports only: main() runs under __main__
-    assert callable(module.main)
+    return module
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
+def test_benchmark_script_loads(script, monkeypatch):
+    assert callable(load(script, monkeypatch).main)
+
+
+def test_paced_server_dates_a_request_when_the_kernel_received_it(monkeypatch):
+    """The fidelity benchmark's truth: a request read late is dated when it arrived."""
+    fidelity = load(REPO / "benchmarks/harness_fidelity.py", monkeypatch)
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, fidelity.SO_TIMESTAMPNS, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        with socket.create_connection(listener.getsockname()) as client:
+            conn, _ = listener.accept()
+            with conn:
+                sent = time.perf_counter_ns()
+                client.sendall(b"GET / HTTP/1.1\r\n\r\n")
+                time.sleep(0.05)  # the server's loop is busy elsewhere
+                _, ancdata, _, _ = conn.recvmsg(1024, socket.CMSG_SPACE(16))
+                read = time.perf_counter_ns()
+                arrival = fidelity.kernel_arrival_ns(ancdata)
+    assert arrival is not None
+    assert sent <= arrival < sent + 10_000_000 and read - arrival >= 50_000_000
