@@ -86,6 +86,30 @@ def kernel_arrival_ns(ancdata) -> int | None:
     return None
 
 
+def listening_socket(port: int, reuse_port: bool) -> socket.socket:
+    """A non-blocking listener whose connections carry kernel receive timestamps (inherited)."""
+    listener = socket.socket()
+    if reuse_port:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    listener.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(1024)
+    listener.setblocking(False)
+    return listener
+
+
+async def readable(conn: socket.socket) -> None:
+    """Until ``conn`` has data (recvmsg, for the timestamps, has no asyncio counterpart)."""
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+    # the loop may report the socket again before the waiting task runs
+    loop.add_reader(conn.fileno(), lambda: ready.done() or ready.set_result(None))
+    try:
+        await ready
+    finally:
+        loop.remove_reader(conn.fileno())
+
+
 def serve(port: int, control_port: int, ttft_ms: float, gap_ms: float, tokens: int) -> None:
     """One server process: the shared port (SO_REUSEPORT spreads connections over the
     processes) and its own control port for /log. Raw non-blocking sockets on asyncio: a
@@ -142,18 +166,12 @@ def serve(port: int, control_port: int, ttft_ms: float, gap_ms: float, tokens: i
 
     async def read_request(conn: socket.socket) -> tuple[int, int, bytes, bytes]:
         """(arrival, first read, target, body) of the connection's one request."""
-        loop = asyncio.get_running_loop()
         data, arrival = b"", None
         while True:
             try:
                 segment, ancdata, _, _ = conn.recvmsg(65536, _STAMP_SPACE)
             except BlockingIOError:
-                readable = loop.create_future()
-                loop.add_reader(conn.fileno(), readable.set_result, None)
-                try:
-                    await readable
-                finally:
-                    loop.remove_reader(conn.fileno())
+                await readable(conn)
                 continue
             if not segment:
                 raise ConnectionError("the client closed before its request was complete")
@@ -179,22 +197,12 @@ def serve(port: int, control_port: int, ttft_ms: float, gap_ms: float, tokens: i
         while True:
             conn, _ = await loop.sock_accept(listener)
             conn.setblocking(False)
-            conn.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             tasks.add(task := asyncio.ensure_future(handle(conn)))
             task.add_done_callback(tasks.discard)
 
-    def listen(at: int, reuse_port: bool) -> socket.socket:
-        listener = socket.socket()
-        if reuse_port:
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        listener.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        listener.bind(("127.0.0.1", at))
-        listener.listen(1024)
-        listener.setblocking(False)
-        return listener
-
     async def run() -> None:
-        await asyncio.gather(accept(listen(port, True)), accept(listen(control_port, False)))
+        shared, control = listening_socket(port, True), listening_socket(control_port, False)
+        await asyncio.gather(accept(shared), accept(control))
 
     asyncio.run(run())
 
