@@ -40,6 +40,9 @@ CHAT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 _WEIGHT_STD = 0.02
+# llama.cpp's defaults, written out so that an HF config of the same weights can say the same
+ROPE_THETA = 10000.0
+RMS_NORM_EPS = 1e-5
 # Layers write updates this much smaller than the token embeddings' own signal, so the
 # current token dominates the next-token logits (see the module docstring).
 _LAYER_UPDATE_SCALE = 0.05
@@ -143,7 +146,7 @@ Maker = Callable[[type[np.floating]], np.ndarray]
 
 
 @dataclass(frozen=True, slots=True)
-class _Tensor:
+class GGUFTensor:
     """One tensor of the file: its name, numpy shape, and how to make its float values."""
 
     name: str
@@ -167,10 +170,10 @@ def _constant(values: np.ndarray) -> Maker:
     return lambda dtype: values.astype(dtype)
 
 
-def _tensors(
-    shape: ModelShape, n_vocab: int, first_word: int, paris_id: int, layer_seed: int
-) -> list[_Tensor]:
-    """Every tensor in file order; the layers' values come from ``layer_seed``."""
+def random_llama_tensors(shape: ModelShape, layer_seed: int) -> list[GGUFTensor]:
+    """Every tensor in GGUF order and layout; the layers' values come from ``layer_seed``."""
+    tokens, _scores, _types, first_word, paris_id = vocab()
+    n_vocab = len(tokens)
     n_embd, n_ff, n_layer = shape.n_embd, shape.n_ff, shape.n_layer
     n_kv = shape.kv_heads * shape.head_dim
     embedding, output = _shared_weights(n_vocab, n_embd, first_word, paris_id)
@@ -179,7 +182,7 @@ def _tensors(
     # (see the module docstring), shrinking with depth so the sum over layers stays small.
     attn_out_std = _LAYER_UPDATE_SCALE / np.sqrt(n_embd * n_embd * n_layer)
     ffn_down_std = _LAYER_UPDATE_SCALE / np.sqrt(n_embd * n_ff * n_layer)
-    tensors = [_Tensor("token_embd.weight", embedding.shape, _constant(embedding))]
+    tensors = [GGUFTensor("token_embd.weight", embedding.shape, _constant(embedding))]
     for layer in range(n_layer):
         prefix = f"blk.{layer}."
         matrices = [
@@ -191,20 +194,22 @@ def _tensors(
             ("ffn_up", (n_ff, n_embd), _WEIGHT_STD),
             ("ffn_down", (n_embd, n_ff), ffn_down_std),
         ]
-        tensors.append(_Tensor(prefix + "attn_norm.weight", ones.shape, _constant(ones), matrix=False))
+        tensors.append(GGUFTensor(prefix + "attn_norm.weight", ones.shape, _constant(ones), matrix=False))
         for index, (name, matrix_shape, std) in enumerate(matrices):
             if name == "ffn_gate":
-                tensors.append(_Tensor(prefix + "ffn_norm.weight", ones.shape, _constant(ones), matrix=False))
+                tensors.append(
+                    GGUFTensor(prefix + "ffn_norm.weight", ones.shape, _constant(ones), matrix=False)
+                )
             seed = (layer_seed, layer, index)
             tensors.append(
-                _Tensor(prefix + name + ".weight", matrix_shape, _random_matrix(seed, matrix_shape, std))
+                GGUFTensor(prefix + name + ".weight", matrix_shape, _random_matrix(seed, matrix_shape, std))
             )
-    tensors.append(_Tensor("output_norm.weight", ones.shape, _constant(ones), matrix=False))
-    tensors.append(_Tensor("output.weight", output.shape, _constant(output)))
+    tensors.append(GGUFTensor("output_norm.weight", ones.shape, _constant(ones), matrix=False))
+    tensors.append(GGUFTensor("output.weight", output.shape, _constant(output)))
     return tensors
 
 
-def _encode(tensor: _Tensor, tensor_type: gguf.GGMLQuantizationType) -> np.ndarray:
+def _encode(tensor: GGUFTensor, tensor_type: gguf.GGMLQuantizationType) -> np.ndarray:
     """The tensor's bytes as the file stores them."""
     if not tensor.matrix or tensor_type == gguf.GGMLQuantizationType.F32:
         return tensor.make(np.float32)
@@ -214,7 +219,7 @@ def _encode(tensor: _Tensor, tensor_type: gguf.GGMLQuantizationType) -> np.ndarr
 
 
 def _add_tensor_info(
-    writer: gguf.GGUFWriter, tensor: _Tensor, tensor_type: gguf.GGMLQuantizationType
+    writer: gguf.GGUFWriter, tensor: GGUFTensor, tensor_type: gguf.GGMLQuantizationType
 ) -> None:
     count = int(np.prod(tensor.shape))
     if not tensor.matrix or tensor_type == gguf.GGMLQuantizationType.F32:
@@ -236,7 +241,22 @@ def write_random_llama_gguf(
     layer_seed: int = 1,
     threads: int | None = None,
 ) -> Path:
-    """Write a llama-architecture GGUF with an embedded vocab and chat template.
+    """Write a llama-architecture GGUF with an embedded vocab and chat template."""
+    tensors = random_llama_tensors(shape, layer_seed)
+    name = f"random-llama-{shape.n_embd}x{shape.n_layer}"
+    return write_llama_gguf(path, shape, tensors, file_type, name, threads)
+
+
+def write_llama_gguf(
+    path: Path,
+    shape: ModelShape,
+    tensors: list[GGUFTensor],
+    file_type: str,
+    name: str,
+    threads: int | None = None,
+) -> Path:
+    """Write ``tensors`` (in GGUF names and layout) as a llama GGUF with the generated vocab
+    and chat template.
 
     Tensors are made on ``threads`` threads and streamed to the file in order, a few at a
     time, so memory stays at a few tensors whatever the model's size; the file appears
@@ -248,13 +268,13 @@ def write_random_llama_gguf(
     if shape.n_head % shape.kv_heads:
         raise ValueError(f"{shape.n_head} heads are not a multiple of n_head_kv {shape.kv_heads}")
     llama_file_type, tensor_type = FILE_TYPES[file_type]
-    tokens, scores, types, first_word, paris_id = vocab()
+    tokens, scores, types, _first_word, _paris_id = vocab()
     threads = threads or min(16, os.cpu_count() or 1)
 
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
     writer = gguf.GGUFWriter(str(partial), "llama")
-    writer.add_name(f"random-llama-{shape.n_embd}x{shape.n_layer}")
+    writer.add_name(name)
     writer.add_context_length(shape.n_ctx)
     writer.add_embedding_length(shape.n_embd)
     writer.add_block_count(shape.n_layer)
@@ -262,7 +282,8 @@ def write_random_llama_gguf(
     writer.add_head_count(shape.n_head)
     writer.add_head_count_kv(shape.kv_heads)
     writer.add_rope_dimension_count(shape.head_dim)
-    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(ROPE_THETA)
+    writer.add_layer_norm_rms_eps(RMS_NORM_EPS)
     writer.add_vocab_size(len(tokens))
     writer.add_file_type(llama_file_type)
     writer.add_tokenizer_model("llama")
@@ -278,7 +299,6 @@ def write_random_llama_gguf(
     writer.add_add_space_prefix(True)
     writer.add_chat_template(CHAT_TEMPLATE)
 
-    tensors = _tensors(shape, len(tokens), first_word, paris_id, layer_seed)
     for tensor in tensors:
         _add_tensor_info(writer, tensor, tensor_type)
     try:
