@@ -3,17 +3,35 @@
 # gathered here where pip reaches PyPI, into one folder to copy (or carry) there:
 #   DIR/llama.cpp-src-lcp*.tar.gz   llama.cpp's trimmed sources (scripts/fetch_llamacpp_source.sh)
 #   DIR/whl/*.whl                   the Python packages the machine lacks (scripts/gpu-device-wheels.txt)
+# and with --vllm, for the vLLM study (config/studies/h200-vllm.yaml):
+#   DIR/vllm-0.26.0-hopper.tar.xz   vllm 0.26.0 without what a dense model on Hopper never
+#                                   loads (FlashAttention 2, DeepGEMM, the SM100 kernels,
+#                                   vllm-rs): 290 MB of wheel become about 115 MB
+#   DIR/whl/*.whl                   plus vllm's dependencies (scripts/vllm-device-wheels.txt)
 # A llama.cpp build that an earlier run packed (llamacpp-cuda-bin.tar.gz, or its .part-*
 # pieces) may be added to DIR by hand: the run then reuses it instead of building.
-# Idempotent: what is already there is kept.
-#   usage: scripts/prepare_device_carry.sh [DIR]      (default .device-carry)
+#
+# Then the folder is cut into pieces for machines that take files in limited sizes:
+#   DIR/pieces/c1 … cN              one piece each, at most PIECE_MIB (56) MiB, with a MANIFEST
+#                                   of every piece's and the whole stream's sha256
+# scripts/device_carry.sh stashes the pieces there one by one, verifies and reassembles them.
+# Idempotent: what is already there is kept, and unchanged content gives the same pieces.
+#   usage: scripts/prepare_device_carry.sh [--vllm] [DIR]      (default .device-carry)
 #   env:   PYTHON_VERSION (3.12), the target machine's Python
+#          PIECE_MIB (56): a piece and the working tree must fit one 64 MiB transfer
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+with_vllm=false
+if [ "${1:-}" = --vllm ]; then
+    with_vllm=true
+    shift
+fi
 dir=${1:-.device-carry}
 pyver=${PYTHON_VERSION:-3.12}
 python=${PYTHON:-python3}
+piece_mib=${PIECE_MIB:-56}
+vllm_version=0.26.0
 mkdir -p "$dir/whl"
 
 bash scripts/fetch_llamacpp_source.sh "$dir" > /dev/null
@@ -22,18 +40,45 @@ platforms=()
 for tag in manylinux_2_17 manylinux2014 manylinux_2_24 manylinux_2_27 manylinux_2_28 manylinux_2_31 manylinux_2_34 manylinux_2_5 manylinux1; do
     platforms+=(--platform "${tag}_x86_64")
 done
-grep -Ev '^\s*(#|$)' scripts/gpu-device-wheels.txt | while read -r requirement; do
+download() { # download REQUIREMENT INTO: a cp312 manylinux (or pure) wheel, once
+    local requirement=$1 into=$2 name version
     name=${requirement%%==*}
     version=${requirement##*==}
-    pattern="$(echo "$name" | tr - _)-$version-*.whl"
-    # shellcheck disable=SC2086 # the pattern is globbed on purpose
-    if compgen -G "$dir/whl/$pattern" > /dev/null || compgen -G "$dir/whl/$name-$version-*.whl" > /dev/null; then
-        continue
+    if compgen -G "$into/$(echo "$name" | tr - _)-$version-*.whl" > /dev/null ||
+        compgen -G "$into/$name-$version-*.whl" > /dev/null; then
+        return 0
     fi
     if ! "$python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-        --python-version "$pyver" --implementation cp "${platforms[@]}" -d "$dir/whl" "$requirement" 2> /dev/null; then
+        --python-version "$pyver" --implementation cp "${platforms[@]}" -d "$into" "$requirement" 2> /dev/null; then
         # no wheel on PyPI (a pure-Python sdist, e.g. connection-pool): build one
-        "$python" -m pip wheel -q --disable-pip-version-check --no-deps -w "$dir/whl" "$requirement"
+        "$python" -m pip wheel -q --disable-pip-version-check --no-deps -w "$into" "$requirement"
     fi
+}
+lists=(scripts/gpu-device-wheels.txt)
+$with_vllm && lists+=(scripts/vllm-device-wheels.txt)
+grep -hEv '^\s*(#|$)' "${lists[@]}" | while read -r requirement; do
+    download "$requirement" "$dir/whl"
 done
-echo "carry folder $dir: $(du -sh "$dir" | cut -f1) ($(ls "$dir/whl" | wc -l) wheels)"
+
+vllm_tarball="$dir/vllm-$vllm_version-hopper.tar.xz"
+if $with_vllm && [ ! -s "$vllm_tarball" ]; then
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    echo "downloading vllm $vllm_version (290 MB) and stripping it for Hopper" >&2
+    download "vllm==$vllm_version" "$work"
+    mkdir "$work/tree"
+    "$python" -m zipfile -e "$work"/vllm-"$vllm_version"-*.whl "$work/tree"
+    # never loaded by a dense model on sm_90: FA2 (Hopper runs FA3), the Rust router,
+    # DeepGEMM and the Blackwell attention kernels; keep third_party/pynvml.py, which
+    # vllm/platforms/cuda.py imports
+    rm -rf "$work/tree/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so" "$work/tree/vllm/vllm-rs" \
+        "$work/tree/vllm/third_party/deep_gemm" "$work/tree/vllm/third_party/fmha_sm100"
+    tar -C "$work/tree" --sort=name --owner=0 --group=0 --numeric-owner -cf - . |
+        xz -6 -T0 > "$vllm_tarball.partial"
+    mv "$vllm_tarball.partial" "$vllm_tarball"
+fi
+
+# cut the folder into pieces to carry one at a time
+PIECE_MIB=$piece_mib bash scripts/device_carry.sh cut "$dir"
+echo "carry folder $dir: $(du -sh --exclude=pieces "$dir" | cut -f1) ($(ls "$dir/whl" | wc -l) wheels)," \
+    "in $(ls -d "$dir"/pieces/c* | wc -l) pieces of at most $piece_mib MiB: $dir/pieces/c1 …"
