@@ -163,6 +163,45 @@ def seed000():
     return grid, plan, results, {}, nplan, nresults, nfailures
 
 
+# same_weights.yaml: (decode, ttft_ms) per depth 0, 4096, 65536, each (mean, std), and the
+# engine's cold start to healthy
+SAME_WEIGHTS_DECODE = {
+    "V_bf16_n0": [(120.0, 2.0), (110.0, 2.0), (40.0, 1.0)],
+    "V_fp8_n0": [(150.0, 3.0), (135.0, 3.0), (45.0, 1.0)],
+    "L_f16_n0": [(60.0, 1.0), (55.0, 1.0), (22.0, 0.5)],
+    "L_q8_0_n0": [(130.0, 1.5), (120.0, 1.5), (45.0, 1.0)],
+}
+SAME_WEIGHTS_TTFT = {
+    "vllm": [(50.0, 2.0), (400.0, 10.0), (9000.0, 100.0)],
+    "llamacpp": [(80.0, 3.0), (900.0, 20.0), (30000.0, 500.0)],
+}
+SAME_WEIGHTS_STARTUP_S = {"V_bf16_n0": 185.0, "V_fp8_n0": 172.5, "L_f16_n0": 4.2, "L_q8_0_n0": 3.9}
+
+
+def same_weights():
+    """(grid, plan, results, failures) for same_weights.yaml: one engine start per config,
+    made by its depth-0 cell and reused by the others."""
+    grid = load_config_files([FIXTURES / "same_weights.yaml"])
+    plan = benchy_plan(grid)
+    results = {}
+    for cell in plan["cells"]:
+        config, depth = cell["config"], cell["depth"]
+        cfg = plan["configs"][config]
+        i = list(grid.depths).index(depth)
+        raw = synthetic.benchy_raw(
+            depth,
+            decode=SAME_WEIGHTS_DECODE[config][i],
+            prefill=(2000.0, 20.0),
+            ttft_ms=SAME_WEIGHTS_TTFT[cfg["engine"]["name"]][i],
+        )
+        engine = {"startup_s": SAME_WEIGHTS_STARTUP_S[config], "reused": depth != 0}
+        prov = synthetic.provenance_record(
+            cfg, f"cell {config} depth {depth}", host=SEED000_HOST, engine=engine
+        )
+        results[(config, depth)] = (raw, prov)
+    return grid, plan, results, {}
+
+
 def depth_frame(plan, results, failures):
     return dataset.to_frame(dataset.rows_from_results(plan, results, failures))
 

@@ -210,3 +210,73 @@ def test_roofline_is_decode_over_bandwidth_per_active_weights():
     assert line.ceiling_tok_s == pytest.approx(182.0)
     assert line.realised == pytest.approx(77.0 / 182.0)
     assert analysis.rooflines(data, None) == []
+
+
+def test_engines_pair_on_weights_and_speculation_not_on_names():
+    data = frame(
+        [
+            ("v_bf16", 0, 120.0, 2.0, "none", "vllm", "bf16"),
+            ("l_f16", 0, 60.0, 1.0, "none", "llamacpp", "gguf_f16"),
+            ("v_fp8", 0, 150.0, 2.0, "none", "vllm", "fp8"),  # vs v_bf16: a checkpoint comparison
+            ("l_other", 0, 50.0, 1.0, "none", "llamacpp", "other_f16"),  # other weights
+            ("v_ngram4", 0, 150.0, 2.0, "ngram", "vllm", "bf16"),
+            ("n_ngram4", 0, 140.0, 2.0, "ngram", "nightly", "bf16"),
+            ("n_ngram8", 0, 160.0, 2.0, "ngram", "nightly", "bf16"),  # another draft length
+        ]
+    )
+    data["weights"] = data["checkpoint"].map({"bf16": "w", "fp8": "w", "gguf_f16": "w", "other_f16": "o"})
+    data["num_speculative_tokens"] = data["config"].map({"v_ngram4": 4, "n_ngram4": 4, "n_ngram8": 8})
+    data["speculation"] = data["config"]  # every speculation name differs
+    pairs = [(c.config, c.baseline) for c in analysis.engine_comparisons(data)]
+    # vllm comes first in the config order, so it is over llamacpp in every pair
+    assert pairs == [("v_bf16", "l_f16"), ("v_fp8", "l_f16"), ("v_ngram4", "n_ngram4")]
+
+
+def test_engine_comparison_ratios_at_the_depths_both_measured():
+    data = frame(
+        [
+            ("v_bf16", 0, 120.0, 2.0, "none", "vllm", "bf16"),
+            ("v_bf16", 4096, 110.0, 2.0, "none", "vllm", "bf16"),
+            ("v_bf16", 65536, None, None, "none", "vllm", "bf16"),
+            ("l_f16", 0, 60.0, 1.0, "none", "llamacpp", "gguf_f16"),
+            ("l_f16", 4096, 121.0, 2.0, "none", "llamacpp", "gguf_f16"),
+            ("l_f16", 65536, 22.0, 0.5, "none", "llamacpp", "gguf_f16"),
+        ]
+    )
+    data["weights"] = "w"
+    data["num_speculative_tokens"] = None
+    (comparison,) = analysis.engine_comparisons(data)
+    assert [(p.depth, p.outcome) for p in comparison.points] == [(0, WIN), (4096, LOSS)]
+    assert comparison.points[0].speedup.mean == pytest.approx(2.0)
+    assert comparison.points[0].speedup.std == pytest.approx(2.0 * math.hypot(2 / 120, 1 / 60))
+    assert comparison.largest_fold == pytest.approx(2.0)
+
+
+def test_each_engine_start_counts_once():
+    def cell(config, fingerprint, startup_s, reused, status="ok"):
+        return {
+            "config": config,
+            "engine_label": "vLLM",
+            "fingerprint": fingerprint,
+            "engine_startup_s": startup_s,
+            "engine_reused": reused,
+            "status": status,
+        }
+
+    depth = pd.DataFrame(
+        [
+            cell("a", "fa", 185.0, False),
+            cell("a", "fa", 185.0, True),
+            cell("a", "fa", 190.5, False),  # the engine died and the next cell started another
+            cell("b", "fb", None, None, status="failed"),  # started the engine, then failed
+            cell("b", "fb", 12.0, True),  # that start is known from the cells that reused it
+            cell("c", "fb", 12.0, True),  # c differs from b only in labels: the same engine
+        ]
+    )
+    natural = pd.DataFrame([cell("a", "fa", 190.5, True)])
+    starts = analysis.engine_starts([depth, None, natural])
+    assert [(s.configs, s.startup_s, s.cells) for s in starts] == [
+        (("a",), 185.0, 2),
+        (("a",), 190.5, 2),
+        (("b", "c"), 12.0, 2),
+    ]

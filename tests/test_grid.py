@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from conftest import REPO, load_yaml
+from gridbench.aggregate import dataset
 from gridbench.errors import ConfigError
 from gridbench.grid import Grid, load_config_files, validate_config
 
@@ -156,3 +157,21 @@ def test_fingerprint_changes_with_what_starts_the_engine_only():
     retuned = seed_grid(serving={"gpu_memory_utilization": 0.7}).configs["Q_bf16_stock_n0"]
     assert a.fingerprint() == relabelled.fingerprint()
     assert a.fingerprint() != retuned.fingerprint()
+
+
+def test_checkpoint_weights_default_to_its_name_and_leave_the_fingerprint_alone():
+    plain = Grid.from_config(validate_config(load_yaml(REPO / "config/demo.yaml"), "demo.yaml"))
+    config = load_yaml(REPO / "config/demo.yaml")
+    for checkpoint in config["checkpoints"].values():
+        checkpoint["weights"] = "demo"
+    shared = Grid.from_config(validate_config(config, "demo.yaml"))
+    assert plain.configs["D_q8_0_n0"].checkpoint.weights == "q8_0"
+    assert {c.checkpoint.weights for c in shared.configs.values()} == {"demo"}
+    assert dataset.config_meta(shared.config_dict("D_q8_0_n0"))["weights"] == "demo"
+    assert shared.configs["D_q8_0_n0"].fingerprint() == plain.configs["D_q8_0_n0"].fingerprint()
+
+
+def test_a_typo_beside_weights_is_still_an_error():
+    message = bad(lambda c: c["checkpoints"]["f16"].update(weights="demo", wieghts="demo"))
+    assert message.startswith("demo.yaml: key checkpoints.f16:")
+    assert "'wieghts' was unexpected" in message and "weights" in message.split("allowed keys:")[1]

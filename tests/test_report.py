@@ -62,8 +62,11 @@ def test_seed002_nvfp4_is_twice_bf16_and_engines_tie(seed002):
     verdict = section(render_report(*seed002), "Verdict")
     assert "- NVFP4 ≈ 2.0× BF16 on decode at depth 0" in verdict
     assert "8.90 ± 0.04 vs 4.50 ± 0.02 tok/s" in verdict
-    assert "Engines tie on decode, differences within the runs' spread: BF16 · none" in verdict
-    assert "NVFP4 · none (vLLM 0.24 stock, eugr/spark-vllm, aeon 0.23: 8.89–8.91 tok/s" in verdict
+    # every engine pair on the same checkpoint ties at every depth
+    ties = next(b for b in verdict.splitlines() if b.startswith("- Engines tie on decode"))
+    assert "vLLM 0.24 stock BF16 and eugr/spark-vllm BF16 (0–65536)" in ties
+    assert "eugr/spark-vllm NVFP4 and aeon 0.23 NVFP4 (0–65536)" in ties
+    assert ties.count(" and ") == 6
 
 
 def test_seed002_summary_and_roofline(seed002):
@@ -84,8 +87,11 @@ def test_a_difference_inside_the_noise_is_called_a_tie(seed002):
     nvfp4 = frame["config"] == "Q_nvfp4_stock_n0"
     frame.loc[nvfp4 & (frame["context_tokens"] == 0), ["decode_tps", "decode_tps_std"]] = [9.0, 0.05]
     verdict = section(render_report(grid, frame), "Verdict")
-    assert "NVFP4 · none (vLLM 0.24 stock, eugr/spark-vllm, aeon 0.23: 8.89–9.00 tok/s" not in verdict
-    assert "On NVFP4 · none, vLLM 0.24 stock decodes 1.01 ± 0.01× as fast as eugr/spark-vllm" in verdict
+    assert "vLLM 0.24 stock NVFP4 and eugr/spark-vllm NVFP4" not in verdict
+    assert (
+        "- vLLM 0.24 stock NVFP4 decodes 1.00–1.01× as fast as eugr/spark-vllm NVFP4: faster at 0, "
+        "tie 512–65536 (at 0: 9.00 ± 0.05 vs 8.89 ± 0.04 tok/s;" in verdict
+    )
 
 
 def test_seed000_golden(seed000):
@@ -155,3 +161,66 @@ def test_nothing_measured_still_renders(seed002):
     report = render_report(grid, failed)
     assert "No depth cell was measured" in section(report, "Verdict")
     assert "126 of 126 depth cells failed" in report
+
+
+@pytest.fixture(scope="module")
+def same_weights():
+    grid, plan, results, failures = rf.same_weights()
+    return grid, rf.depth_frame(plan, results, failures)
+
+
+def test_engines_on_the_same_weights_are_compared_at_every_depth(same_weights):
+    # vLLM's checkpoints (bf16, fp8) and llama.cpp's (gguf_f16, gguf_q8_0) share only `weights`
+    engines = section(render_report(*same_weights), "Engine comparison")
+    assert [line for line in engines.splitlines() if line.startswith("### ")] == [
+        "### vLLM BF16 vs llama.cpp F16",
+        "### vLLM BF16 vs llama.cpp Q8_0",
+        "### vLLM FP8 vs llama.cpp F16",
+        "### vLLM FP8 vs llama.cpp Q8_0",
+    ]
+    assert (
+        "`V_bf16_n0` ÷ `L_f16_n0`, weights `rand3b`: vLLM BF16 decodes 1.82–2.00× as fast as "
+        "llama.cpp F16 at every depth 0–65536." in engines
+    )
+    assert "| 0 | 120 ± 2 | 60.0 ± 1.0 | 2.00 ± 0.05× faster | 50.0 ± 2.0 | 80.0 ± 3.0 |" in engines
+    assert "| 65536 | 40.0 ± 1.0 | 22.0 ± 0.5 | 1.82 ± 0.06× faster | 9000 ± 100 | 30000 ± 500 |" in engines
+    # slower at every depth: the line names the faster first, the table keeps the declared order
+    assert "llama.cpp Q8_0 decodes 1.08–1.12× as fast as vLLM BF16 at every depth 0–65536." in engines
+    assert "| 0 | 120 ± 2 | 130 ± 2 | 0.92 ± 0.02× slower |" in engines
+    assert "vLLM FP8 decodes 1.00–1.15× as fast as llama.cpp Q8_0: faster 0–4096, tie at 65536." in engines
+
+
+def test_engine_verdict_is_one_line_per_pair_largest_difference_first(same_weights):
+    verdict = section(render_report(*same_weights), "Verdict")
+    lines = [line for line in verdict.splitlines() if "vLLM" in line and "llama.cpp" in line]
+    assert [line.split(" as fast as ")[0] for line in lines] == [
+        "- vLLM FP8 decodes 2.05–2.50×",
+        "- vLLM BF16 decodes 1.82–2.00×",
+        "- vLLM FP8 decodes 1.00–1.15×",
+        "- llama.cpp Q8_0 decodes 1.08–1.12×",
+    ]
+    assert lines[0].endswith(
+        "llama.cpp F16 at every depth 0–65536 (at 0: 150 ± 3 vs 60.0 ± 1.0 tok/s; "
+        "at 65536: 45.0 ± 1.0 vs 22.0 ± 0.5 tok/s)."
+    )
+
+
+def test_without_an_engine_pair_the_section_says_why(same_weights, seed000):
+    grid, frame = same_weights
+    unshared = frame.assign(weights=frame["checkpoint"])  # as if `weights` were not set
+    report = render_report(grid, unshared)
+    assert section(report, "Engine comparison").strip() == (
+        "No two engines share weights: set checkpoints' `weights` to compare them."
+    )
+    assert "as fast as" not in section(report, "Verdict")
+    assert section(render_report(*seed000), "Engine comparison").strip() == "Only one engine in this study."
+
+
+def test_engine_startup_is_tabled_with_the_study_total(same_weights):
+    startup = section(render_report(*same_weights), "Engine start-up")
+    assert (
+        "Start-up is part of what a sweep costs: 4 starts took 6.1 min in all "
+        "(vLLM: 2 starts, 6.0 min; llama.cpp: 2 starts, 8.10 s)." in startup
+    )
+    assert "| `V_bf16_n0` | vLLM | 185.0 | 3 |" in startup
+    assert "| `L_q8_0_n0` | llama.cpp | 3.9 | 3 |" in startup

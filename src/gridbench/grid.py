@@ -190,6 +190,7 @@ class Checkpoint:
     name: str
     model: str
     quantization: str
+    weights: str  # shared by checkpoints of the same weights; the engine comparison pairs on it
     quantization_flag: str | None
     dtype: str | None
     served_model_name: str
@@ -284,6 +285,7 @@ class ServingConfig:
         data.pop("label")
         data.pop("bench_extra_body")
         data["engine"].pop("label")
+        data["checkpoint"].pop("weights")
         data["speculation"].pop("label")
         encoded = json.dumps(data, sort_keys=True, default=str).encode()
         return hashlib.sha256(encoded).hexdigest()[:16]
@@ -555,6 +557,7 @@ def _checkpoint(name: str, c: Mapping[str, Any]) -> Checkpoint:
         name=name,
         model=c["model"],
         quantization=c["quantization"],
+        weights=c["weights"] or name,
         quantization_flag=c["quantization_flag"],
         dtype=c["dtype"],
         served_model_name=c.get("served_model_name") or name,

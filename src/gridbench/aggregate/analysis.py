@@ -1,5 +1,6 @@
-"""What the dataset says: differences with their spread, speedups over baselines, the
-crossover depth, the roofline and the capacity under latency targets.
+"""What the dataset says: differences with their spread, speedups over baselines, engines
+on the same weights, the crossover depth, engine start-ups, the roofline and the capacity
+under latency targets.
 
 Pure functions over the dataset frames; the graphs and the report both use them.
 
@@ -133,6 +134,9 @@ class SpeedupPoint:
 
 @dataclass(frozen=True)
 class Speedup:
+    """A config's decode over another's at every depth both measured: over its baseline, or
+    (engine comparisons) over the same weights on another engine."""
+
     config: str
     baseline: str
     points: tuple[SpeedupPoint, ...]
@@ -153,6 +157,16 @@ class Speedup:
             return None
         return next((p.depth for p in self.points if p.depth >= crossover[1] and p.outcome == LOSS), None)
 
+    @property
+    def all_tie(self) -> bool:
+        return all(p.outcome == TIE for p in self.points)
+
+    @property
+    def largest_fold(self) -> float:
+        """How far apart the two get at any depth: the largest ratio or inverse ratio."""
+        ratios = [p.speedup.mean for p in self.points]
+        return max((max(r, 1 / r) if r > 0 else math.inf for r in ratios), default=1.0)
+
     def runs(self) -> list[tuple[str, int, int]]:
         """Outcomes compressed into runs: [(outcome, first depth, last depth), ...]."""
         runs: list[tuple[str, int, int]] = []
@@ -164,22 +178,93 @@ class Speedup:
         return runs
 
 
+def ratio_points(
+    cells: Mapping[tuple[str, int], Mapping[str, Any]], config: str, other: str, column: str
+) -> tuple[SpeedupPoint, ...]:
+    """``config`` over ``other`` at every depth both measured (``cells``: a ``cell_index``)."""
+    points = []
+    for depth in sorted(d for c, d in cells if c == config and (other, d) in cells):
+        a = measure_at(cells, config, depth, column)
+        b = measure_at(cells, other, depth, column)
+        if a is None or b is None or b.mean <= 0:
+            continue
+        points.append(SpeedupPoint(depth, a, b, a.ratio(b), a.versus(b)))
+    return tuple(points)
+
+
 def speedups(frame: pd.DataFrame, study: Mapping[str, Any], column: str = "decode_tps") -> list[Speedup]:
     """Each config with a baseline, over that baseline, at every depth both measured."""
-    ok = measured(frame)
+    cells = cell_index(frame)
+    return [
+        Speedup(config, baseline, ratio_points(cells, config, baseline, column))
+        for config, baseline in baselines(frame, study).items()
+    ]
+
+
+# --- engines on the same weights --------------------------------------------------------
+
+# what two configs on different engines share to be compared: speculation names differ
+# between engines, so the method and draft length stand for them
+ENGINE_PAIRING = ("weights", "speculation_method", "num_speculative_tokens")
+
+
+def _pairing_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(None if _missing(row[c]) else row[c] for c in ENGINE_PAIRING)
+
+
+def engine_comparisons(frame: pd.DataFrame, column: str = "decode_tps") -> list[Speedup]:
+    """Every two configs on different engines with the same ``ENGINE_PAIRING`` values, at
+    every depth both measured (no points when none). The engine that comes first in the
+    config order is over the other in every pair, so each pair of engines reads one way."""
+    cells = cell_index(frame)
+    meta = frame.drop_duplicates("config").to_dict("records")
+    engine_rank = {engine: rank for rank, engine in enumerate(dict.fromkeys(r["engine"] for r in meta))}
     result = []
-    for config, baseline in baselines(frame, study).items():
-        mine = ok[ok["config"] == config].set_index("context_tokens")
-        theirs = ok[ok["config"] == baseline].set_index("context_tokens")
-        points = []
-        for depth in sorted(set(mine.index) & set(theirs.index)):
-            a = Measure.of(mine.at[depth, column], mine.at[depth, f"{column}_std"])
-            b = Measure.of(theirs.at[depth, column], theirs.at[depth, f"{column}_std"])
-            if a is None or b is None or b.mean <= 0:
+    for i, a in enumerate(meta):
+        for b in meta[i + 1 :]:
+            if a["engine"] == b["engine"] or _pairing_key(a) != _pairing_key(b):
                 continue
-            points.append(SpeedupPoint(int(depth), a, b, a.ratio(b), a.versus(b)))
-        result.append(Speedup(config, baseline, tuple(points)))
+            first, second = (a, b) if engine_rank[a["engine"]] < engine_rank[b["engine"]] else (b, a)
+            result.append(
+                Speedup(
+                    first["config"],
+                    second["config"],
+                    ratio_points(cells, first["config"], second["config"], column),
+                )
+            )
     return result
+
+
+@dataclass(frozen=True)
+class EngineStart:
+    """One cold start of an engine to healthy, and the measured cells that ran on it."""
+
+    configs: tuple[str, ...]
+    engine_label: str
+    startup_s: float
+    cells: int
+
+
+def engine_starts(frames: Iterable[pd.DataFrame | None]) -> list[EngineStart]:
+    """Every engine start behind the measured cells, in the frames' order. A cell records the
+    start-up of the engine it ran on, a reused one's too, so one (fingerprint, start-up) is
+    one start: also one whose first cell failed, and one that configs differing only in
+    labels shared."""
+    starts: dict[tuple[Any, float], dict[str, Any]] = {}
+    for frame in frames:
+        if frame is None:
+            continue
+        for row in measured(frame).to_dict("records"):
+            if _missing(row["engine_startup_s"]):
+                continue
+            key = (row["fingerprint"], float(row["engine_startup_s"]))
+            start = starts.setdefault(key, {"configs": {}, "engine_label": row["engine_label"], "cells": 0})
+            start["configs"][row["config"]] = None
+            start["cells"] += 1
+    return [
+        EngineStart(tuple(start["configs"]), start["engine_label"], startup_s, start["cells"])
+        for (_, startup_s), start in starts.items()
+    ]
 
 
 # --- comparisons along one axis of the grid ---------------------------------------------
@@ -187,23 +272,14 @@ def speedups(frame: pd.DataFrame, study: Mapping[str, Any], column: str = "decod
 
 @dataclass(frozen=True)
 class AxisComparison:
-    """Configs that differ only in ``axis`` (engine or checkpoint), compared at one depth."""
+    """Configs that differ only in ``axis`` (checkpoint or speculation), compared at one depth
+    (engines are compared on shared weights instead: ``engine_comparisons``)."""
 
     axis: str
     fixed: dict[str, str]  # the other axes' values
     depth: int
     values: dict[str, Measure]  # axis value -> measure
     configs: dict[str, str]  # axis value -> config name
-
-    @property
-    def all_tie(self) -> bool:
-        items = list(self.values.values())
-        return all(a.versus(b) == TIE for i, a in enumerate(items) for b in items[i + 1 :])
-
-    def fastest_over_slowest(self) -> tuple[str, str, Measure]:
-        ranked = sorted(self.values.items(), key=lambda kv: kv[1].mean, reverse=True)
-        (fast, a), (slow, b) = ranked[0], ranked[-1]
-        return fast, slow, a.ratio(b)
 
 
 AXES = {"engine": "engine_label", "checkpoint": "quantization", "speculation": "speculation_label"}

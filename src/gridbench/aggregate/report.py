@@ -31,6 +31,7 @@ GRAPH_TITLES = {
     "natural_tpot_vs_concurrency": "Natural prompts: TPOT p50 and p95 vs concurrency",
 }
 DASH = "—"
+MARKS = {WIN: "faster", LOSS: "slower", TIE: "tie"}
 
 
 # --- formatting -------------------------------------------------------------------------
@@ -108,6 +109,8 @@ def render_report(
         "## Configs\n\n" + configs_table(grid, dataset),
         "## Summary: decode tok/s and TTFT by context depth\n\n" + summary_table(dataset),
         "## Speedup over baseline\n\n" + speedup_section(dataset, study),
+        "## Engine comparison\n\n" + engine_section(dataset),
+        "## Engine start-up\n\n" + startup_section(dataset, natural),
         "## Roofline realisation\n\n" + roofline_section(dataset, study),
         "## Speculative decoding acceptance\n\n" + acceptance_section(dataset),
     ]
@@ -168,26 +171,73 @@ def verdict(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> 
 
 
 def engine_verdict(dataset: pd.DataFrame) -> list[str]:
-    ties, others = [], []
-    for comparison in analysis.axis_comparisons(dataset, "engine"):
-        where = _fixed_label(dataset, comparison.fixed)
-        if comparison.all_tie:
-            values = [m.mean for m in comparison.values.values()]
-            ties.append(
-                f"{where} ({', '.join(comparison.values)}: {num(min(values))}–{num(max(values))} tok/s "
-                f"at depth {comparison.depth})"
-            )
-        else:
-            fast, slow, ratio = comparison.fastest_over_slowest()
-            a, b = comparison.values[fast], comparison.values[slow]
-            others.append(
-                f"On {where}, {fast} decodes {ratio_text(ratio)} as fast as {slow} at depth "
-                f"{comparison.depth} ({pm(a)} vs {pm(b)} tok/s)."
-            )
+    """One line per engine pair on the same weights, the largest difference first; the pairs
+    that tie at every depth share one line."""
+    labels = engine_pair_labels(dataset)
+    comparisons = [c for c in analysis.engine_comparisons(dataset) if c.points]
+    ties = [c for c in comparisons if c.all_tie]
     lines = []
+    for c in sorted(comparisons, key=lambda c: c.largest_fold, reverse=True):
+        if c in ties:
+            continue
+        points = _oriented(c)[2]
+        ends = dict.fromkeys((points[0], points[-1]))
+        values = "; ".join(f"at {p.depth}: {pm(p.config)} vs {pm(p.baseline)} tok/s" for p in ends)
+        lines.append(f"{engine_summary(c, labels)} ({values}).")
     if ties:
-        lines.append("Engines tie on decode, differences within the runs' spread: " + "; ".join(ties) + ".")
-    return lines + others
+        pairs = [f"{labels[c.config]} and {labels[c.baseline]} ({_depth_span(c.points)})" for c in ties]
+        lines.append(
+            "Engines tie on decode at every depth both measured, within the runs' spread: "
+            + "; ".join(pairs)
+            + "."
+        )
+    return lines
+
+
+def engine_pair_labels(dataset: pd.DataFrame) -> dict[str, str]:
+    """config -> what tells it apart in an engine comparison: engine and quantization (e.g.
+    vLLM BF16), and its speculation when it speculates."""
+    labels = {}
+    for row in dataset.drop_duplicates("config").to_dict("records"):
+        label = f"{row['engine_label']} {row['quantization']}"
+        if row["speculation_method"] != "none":
+            label += f" + {row['speculation_label']}"
+        labels[row["config"]] = label
+    return labels
+
+
+def _oriented(c: analysis.Speedup) -> tuple[str, str, list[analysis.SpeedupPoint]]:
+    """(faster config, slower config, points of faster over slower) when one is slower at
+    every depth; the comparison as it is otherwise."""
+    if any(p.outcome != LOSS for p in c.points):
+        return c.config, c.baseline, list(c.points)
+    flipped = [
+        analysis.SpeedupPoint(p.depth, p.baseline, p.config, p.baseline.ratio(p.config), WIN)
+        for p in c.points
+    ]
+    return c.baseline, c.config, flipped
+
+
+def _depth_span(points: Sequence[analysis.SpeedupPoint]) -> str:
+    first, last = points[0].depth, points[-1].depth
+    return str(first) if first == last else f"{first}–{last}"
+
+
+def engine_summary(c: analysis.Speedup, labels: Mapping[str, str]) -> str:
+    """One line on an engine comparison, e.g. "vLLM BF16 decodes 1.80–2.30× as fast as
+    llama.cpp F16 at every depth 0–65536"."""
+    points = c.points
+    where = f"at depth {points[0].depth}" if len(points) == 1 else f"at every depth {_depth_span(points)}"
+    if c.all_tie:
+        return f"{labels[c.config]} and {labels[c.baseline]} tie on decode {where}, within the runs' spread"
+    fast, slow, oriented = _oriented(c)
+    low = f"{min(p.speedup.mean for p in oriented):.2f}"
+    high = f"{max(p.speedup.mean for p in oriented):.2f}"
+    text = f"{labels[fast]} decodes {low if low == high else f'{low}–{high}'}× as fast as {labels[slow]}"
+    if all(p.outcome == WIN for p in oriented):
+        return f"{text} {where}"
+    runs = [f"{MARKS[o]} at {a}" if a == b else f"{MARKS[o]} {a}–{b}" for o, a, b in c.runs()]
+    return f"{text}: " + ", ".join(runs)
 
 
 def _fixed_label(dataset: pd.DataFrame, fixed: Mapping[str, str]) -> str:
@@ -421,6 +471,10 @@ def method(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> s
         "its spread propagated from both. The baseline is the one `study.baseline` names, else the "
         "non-speculative config on the same engine and checkpoint. The crossover is where a config "
         "stops beating its baseline: the last depth of its leading run of wins and the next depth measured.",
+        "- Engine comparison: configs on different engines that serve the same weights "
+        "(`checkpoints.*.weights`, else the checkpoint) with the same speculation method and draft "
+        "length, decode tok/s on the engine that comes first in the config order ÷ decode tok/s on "
+        "the other, at every depth both measured.",
         "- Roofline: ceiling = memory bandwidth ÷ gigabytes of active weights read per token "
         "(`study.hardware.memory_bandwidth_gb_s`, `checkpoints.*.active_weight_gb`); realised = "
         "measured decode ÷ ceiling, at the smallest depth measured.",
@@ -604,18 +658,95 @@ def speedup_section(dataset: pd.DataFrame, study: Mapping[str, Any]) -> str:
     text = table(("config", "baseline", "best", "worst", "crossover"), summary)
     depths = sorted({p.depth for s in series for p in s.points})
     by_depth = []
-    marks = {WIN: "faster", LOSS: "slower", TIE: "tie"}
     for depth in depths:
         row: list[Any] = [depth]
         for s in series:
             point = next((p for p in s.points if p.depth == depth), None)
-            row.append(f"{ratio_text(point.speedup)} {marks[point.outcome]}" if point else DASH)
+            row.append(f"{ratio_text(point.speedup)} {MARKS[point.outcome]}" if point else DASH)
         by_depth.append(row)
     header = ["depth"] + [f"{s.config} ÷ {s.baseline}" for s in series]
     return (
         text
         + "\n\nDecode speedup per depth (faster / slower / tie under the tie rule):\n\n"
         + table(header, by_depth)
+    )
+
+
+def engine_section(dataset: pd.DataFrame) -> str:
+    comparisons = [c for c in analysis.engine_comparisons(dataset) if c.points]
+    meta = dataset.drop_duplicates("config")
+    if not comparisons:
+        if meta["engine"].nunique() < 2:
+            return "Only one engine in this study."
+        if meta.groupby("weights")["engine"].nunique().max() < 2:
+            return "No two engines share weights: set checkpoints' `weights` to compare them."
+        return (
+            "No two configs on different engines serve the same weights with the same speculation "
+            "method and draft length at a depth both measured."
+        )
+    labels = engine_pair_labels(dataset)
+    weights = meta.set_index("config")["weights"]
+    cells = analysis.cell_index(dataset)
+    blocks = []
+    for c in comparisons:
+        a, b = labels[c.config], labels[c.baseline]
+        rows = [
+            (
+                p.depth,
+                pm(p.config),
+                pm(p.baseline),
+                f"{ratio_text(p.speedup)} {MARKS[p.outcome]}",
+                pm(analysis.measure_at(cells, c.config, p.depth, "ttft_ms")),
+                pm(analysis.measure_at(cells, c.baseline, p.depth, "ttft_ms")),
+            )
+            for p in c.points
+        ]
+        header = (
+            "depth",
+            f"{a} decode (tok/s)",
+            f"{b} decode (tok/s)",
+            "decode ratio",
+            f"{a} TTFT (ms)",
+            f"{b} TTFT (ms)",
+        )
+        blocks.append(
+            f"### {a} vs {b}\n\n`{c.config}` ÷ `{c.baseline}`, weights `{weights[c.config]}`: "
+            f"{engine_summary(c, labels)}.\n\n" + table(header, rows)
+        )
+    return (
+        "Engine pairs as Method defines them; decode ratio = the first's decode tok/s ÷ the "
+        "second's, faster / slower / tie under the tie rule.\n\n" + "\n\n".join(blocks)
+    )
+
+
+def _duration(seconds: float) -> str:
+    return f"{num(seconds)} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def _starts(count: int) -> str:
+    return f"{count} start{'s' if count != 1 else ''}"
+
+
+def startup_section(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
+    starts = analysis.engine_starts([dataset, natural])
+    if not starts:
+        return "No measured cell recorded its engine's start-up."
+    total = sum(s.startup_s for s in starts)
+    per_engine: dict[str, list[float]] = {}
+    for s in starts:
+        per_engine.setdefault(s.engine_label, []).append(s.startup_s)
+    split = ""
+    if len(per_engine) > 1:
+        parts = [f"{e}: {_starts(len(times))}, {_duration(sum(times))}" for e, times in per_engine.items()]
+        split = f" ({'; '.join(parts)})"
+    rows = [
+        (", ".join(code(c) for c in s.configs), s.engine_label, num(s.startup_s, 1), s.cells) for s in starts
+    ]
+    return (
+        "Each engine start the measured cells ran on, from launch until the health path answers "
+        "and the model is listed (`engine_startup_s`). Start-up is part of what a sweep costs: "
+        f"{_starts(len(starts))} took {_duration(total)} in all{split}.\n\n"
+        + table(("config", "engine", "cold start to healthy (s)", "measured cells on it"), rows)
     )
 
 
