@@ -264,12 +264,43 @@ def cmd_assets_vllm_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_assets_gguf(args: argparse.Namespace) -> int:
-    from gridbench.assets.gguf_model import ModelShape, write_random_llama_gguf
+def cmd_assets_qwen3_dflash(args: argparse.Namespace) -> int:
+    from gridbench.assets.dflash_model import write_qwen3_dflash
 
-    shape = ModelShape(args.n_embd, args.n_layer, args.n_ff, args.head_dim, args.n_ctx, args.n_head_kv)
+    for path in write_qwen3_dflash(args.outdir, tiny=args.tiny, threads=args.threads):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_assets_gguf(args: argparse.Namespace) -> int:
+    from gridbench.assets.gguf_model import write_random_llama_gguf
+
+    shape = _model_shape(args)
     write_random_llama_gguf(args.out, shape, args.file_type, layer_seed=args.layer_seed, threads=args.threads)
     print(f"wrote {args.out} ({shape.parameters / 1e9:.2f} B layer parameters)")
+    return 0
+
+
+def _model_shape(args: argparse.Namespace):
+    from gridbench.assets.gguf_model import ModelShape
+
+    return ModelShape(args.n_embd, args.n_layer, args.n_ff, args.head_dim, args.n_ctx, args.n_head_kv)
+
+
+def cmd_assets_hf_llama(args: argparse.Namespace) -> int:
+    from gridbench.assets.llama_formats import write_hf_llama
+
+    shape = _model_shape(args)
+    write_hf_llama(args.outdir, shape, layer_seed=args.layer_seed, threads=args.threads)
+    print(f"wrote {args.outdir} ({shape.parameters / 1e9:.2f} B layer parameters, BF16)")
+    return 0
+
+
+def cmd_assets_gguf_from_hf(args: argparse.Namespace) -> int:
+    from gridbench.assets.llama_formats import gguf_from_hf
+
+    gguf_from_hf(args.model_dir, args.out, args.file_type, threads=args.threads)
+    print(f"wrote {args.out} from {args.model_dir}")
     return 0
 
 
@@ -283,12 +314,29 @@ def cmd_assets_tokenizer(args: argparse.Namespace) -> int:
 
 def cmd_assets_weight_gb(args: argparse.Namespace) -> int:
     from gridbench.assets.gguf_model import active_weight_bytes
+    from gridbench.assets.llama_formats import hf_active_weight_bytes
 
     for path in args.files:
         if not path.is_file():
-            raise GridbenchError(f"no GGUF file at {path}")
-        print(f"{path}\t{active_weight_bytes(path) / 1e9:.4f}")
+            raise GridbenchError(f"no GGUF or safetensors file at {path}")
+        if path.suffix == ".safetensors":
+            print(f"{path}\t{hf_active_weight_bytes(path) / 1e9:.4f}")
+            fp8 = hf_active_weight_bytes(path, linear_bytes_per_weight=1)
+            print(f"{path} (FP8 projections)\t{fp8 / 1e9:.4f}")
+        else:
+            print(f"{path}\t{active_weight_bytes(path) / 1e9:.4f}")
     return 0
+
+
+def _add_model_shape(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--n-embd", type=int, default=512)
+    p.add_argument("--n-layer", type=int, default=6)
+    p.add_argument("--n-ff", type=int, default=1536)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--n-head-kv", type=int, default=None, help="K/V heads (grouped-query attention)")
+    p.add_argument("--n-ctx", type=int, default=4096)
+    p.add_argument("--layer-seed", type=int, default=1)
+    p.add_argument("--threads", type=int, default=None, help="threads making tensors (default: cores, ≤ 16)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -389,25 +437,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--outdir", required=True, type=Path)
     p.set_defaults(func=cmd_assets_vllm_models)
+    p = asub.add_parser(
+        "qwen3-dflash",
+        help="a random-weight Qwen3 target (~3B, BF16) and its DFlash draft head: DIR/target, DIR/dflash",
+    )
+    p.add_argument("--outdir", required=True, type=Path)
+    p.add_argument("--tiny", action="store_true", help="the test-size pair instead of the 3B one")
+    p.add_argument("--threads", type=int, default=None, help="threads making tensors (default: cores, ≤ 16)")
+    p.set_defaults(func=cmd_assets_qwen3_dflash)
     p = asub.add_parser("gguf", help="one random-weight llama GGUF of any size")
     p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--n-embd", type=int, default=512)
-    p.add_argument("--n-layer", type=int, default=6)
-    p.add_argument("--n-ff", type=int, default=1536)
-    p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--n-head-kv", type=int, default=None, help="K/V heads (grouped-query attention)")
-    p.add_argument("--n-ctx", type=int, default=4096)
     p.add_argument("--file-type", default="f16", choices=["f32", "f16", "q8_0"])
-    p.add_argument("--layer-seed", type=int, default=1)
-    p.add_argument("--threads", type=int, default=None, help="threads making tensors (default: cores, ≤ 16)")
+    _add_model_shape(p)
     p.set_defaults(func=cmd_assets_gguf)
+    p = asub.add_parser(
+        "hf-llama", help="the same random-weight llama as a vLLM checkpoint (safetensors BF16, tokenizer)"
+    )
+    p.add_argument("--outdir", required=True, type=Path)
+    _add_model_shape(p)
+    p.set_defaults(func=cmd_assets_hf_llama)
+    p = asub.add_parser("gguf-from-hf", help="convert an hf-llama checkpoint into a llama.cpp GGUF")
+    p.add_argument("--model-dir", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--file-type", default="f16", choices=["f32", "f16", "q8_0"])
+    p.add_argument(
+        "--threads", type=int, default=None, help="threads converting tensors (default: cores, ≤ 16)"
+    )
+    p.set_defaults(func=cmd_assets_gguf_from_hf)
     p = asub.add_parser("tokenizer", help="the tokenizer.json matching the generated models' vocab")
     p.add_argument("--out", required=True, type=Path)
     p.set_defaults(func=cmd_assets_tokenizer)
     p = asub.add_parser(
-        "weight-gb", help="GB of weights a decoded token reads, per GGUF file (checkpoints' active_weight_gb)"
+        "weight-gb",
+        help="GB of weights a decoded token reads, per GGUF or safetensors file "
+        "(checkpoints' active_weight_gb)",
     )
-    p.add_argument("files", nargs="+", type=Path, metavar="GGUF")
+    p.add_argument("files", nargs="+", type=Path, metavar="FILE")
     p.set_defaults(func=cmd_assets_weight_gb)
     return parser
 
