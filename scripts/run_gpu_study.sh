@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
-# The H200 study in one command, on a GPU machine with nvcc, CMake and Ninja but no package
+# A GPU study in one command, on a GPU machine with nvcc, CMake and Ninja but no package
 # registry (everything it lacks comes in the carry folder of scripts/prepare_device_carry.sh):
-#   1. install the carried wheels into a private folder (PYTHONPATH), gridbench from src/;
-#   2. build llama.cpp with CUDA, or reuse a build (carried, or left by an earlier run),
-#      writing the F16 model meanwhile;
-#   3. quantize the models (scripts/prepare_gpu_models.sh);
-#   4. run the study through Snakemake, stopped in time to pack whatever happens;
-#   5. pack results/, dataset/, graphs/, comparison.md and logs/ into $OUT.
+#   0. reassemble the carry folder from its stashed pieces, if scripts/device_carry.sh
+#      stashed some (pieces of a carry sent in several transfers);
+#   1. install the carried wheels into a private folder (PYTHONPATH), vllm too when carried,
+#      gridbench from src/;
+#   2. build llama.cpp with CUDA, or reuse a build (carried, or left by an earlier run);
+#   3. write the study's models (scripts/prepare_gpu_models.sh --study STUDY);
+#   4. bring back results an earlier run measured (RESULTS_FROM), so only missing cells run;
+#   5. run the study through Snakemake, stopped in time to pack whatever happens;
+#   6. build the dataset and report of every cell measured so far, pack them into $OUT.
+# What a warm machine already holds (the install, the build, the models) is reused.
 # Every step's time goes to the log and to logs/gpu/timings.tsv.
 #   usage: OUT=DIR bash scripts/run_gpu_study.sh [SNAKEMAKE_ARGS...]
 #          (e.g. --config config=F16_none,Q4_0_none to run only those configs)
-#   env:   CARRY         the carry folder (.device-carry)
-#          STUDY_CONFIG  the study's config files, merged in order (config/studies/h200-llamacpp.yaml)
+#   env:   STUDY         config/studies/$STUDY.yaml and its models (h200-llamacpp)
+#          STUDY_CONFIG  config files merged in order, instead of STUDY's alone
+#          CARRY         the carry folder (.device-carry)
+#          RESULTS_FROM  a folder with results/ of an earlier run of the study (e.g. the
+#                        committed studies/$STUDY); its cells are kept, not measured again
+#          WHILE_BUILDING  Snakemake arguments of a first pass that runs while llama.cpp
+#                        builds in the background (configs that need no llama.cpp, e.g.
+#                        "--config config=V_bf16_none,V_bf16_self4"); unset, the build
+#                        comes first
 #          BUDGET_S      seconds this script may take in all (570); the sweep is stopped
 #                        PACK_S (40) before that
 # $OUT receives at most 8 files: run.log, study.tar.gz, dataset.csv, comparison.md and,
@@ -22,7 +33,8 @@ cd "$(dirname "$0")/.."
 
 out=${OUT:-$PWD/gpu-study-out}
 carry=${CARRY:-.device-carry}
-read -ra configs <<< "${STUDY_CONFIG:-config/studies/h200-llamacpp.yaml}"
+study=${STUDY:-h200-llamacpp}
+read -ra configs <<< "${STUDY_CONFIG:-config/studies/$study.yaml}"
 budget=${BUDGET_S:-570}
 pack_s=${PACK_S:-40}
 site=${GRIDBENCH_SITE:-/tmp/gridbench-site}
@@ -31,7 +43,7 @@ mkdir -p "$out" logs/gpu
 exec > >(tee -a "$out/run.log") 2>&1
 tee_pid=$!
 timings=logs/gpu/timings.tsv
-: > "$timings"
+touch "$timings"
 
 # timed NAME CMD...: run CMD, log and record its wall time and exit code
 timed() {
@@ -54,20 +66,41 @@ machine() {
     echo "$(nproc) cores, $(awk '/MemTotal/ {print int($2 / 1048576)}' /proc/meminfo) GiB now, $(df -h --output=avail . | tail -1) free disk"
 }
 
+carried() {
+    [ -f "${CARRY_STASH:-/tmp/gridbench-carry}/MANIFEST" ] || return 0
+    bash scripts/device_carry.sh unpack "$carry" "${CARRY_STASH:-/tmp/gridbench-carry}"
+}
+
+# wrapper NAME MODULE: a console script in $site/bin that runs MODULE's main() with this python
+wrapper() {
+    printf '#!%s\nimport sys\nfrom %s import main\nsys.exit(main())\n' "$(command -v python3)" "$2" > "$site/bin/$1"
+    chmod +x "$site/bin/$1"
+}
+
 python_env() {
-    if compgen -G "$carry/whl/*.whl" > /dev/null; then
+    local wheels_stamp vllm_tarball
+    mkdir -p "$site/bin"
+    wheels_stamp=$(ls "$carry"/whl/*.whl 2> /dev/null | xargs -r -n1 basename | sha256sum | cut -c1-16)
+    if [ "$(cat "$site/.wheels" 2> /dev/null)" != "$wheels_stamp" ] && compgen -G "$carry/whl/*.whl" > /dev/null; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
             --target "$site" "$carry"/whl/*.whl || return 1
+        echo "$wheels_stamp" > "$site/.wheels"
+    fi
+    vllm_tarball=$(compgen -G "$carry/vllm-*-hopper.tar.xz" | head -1)
+    if [ -n "$vllm_tarball" ] && [ "$(cat "$site/.vllm" 2> /dev/null)" != "$(basename "$vllm_tarball")" ]; then
+        tar -xJf "$vllm_tarball" -C "$site" || return 1
+        basename "$vllm_tarball" > "$site/.vllm"
     fi
     # gridbench itself runs from this tree's src/ (no build tools needed), by the same
-    # entry point its console script has
-    mkdir -p "$site/bin"
-    printf '#!%s\nimport sys\nfrom gridbench.cli import main\nsys.exit(main())\n' "$(command -v python3)" \
-        > "$site/bin/gridbench"
-    chmod +x "$site/bin/gridbench"
+    # entry point its console script has; vllm by its own
+    wrapper gridbench gridbench.cli
+    [ -f "$site/.vllm" ] && wrapper vllm vllm.entrypoints.cli.main
     use_python_env
     python3 -c 'import gridbench, snakemake, gguf, llama_benchy, jsonschema' &&
-        snakemake --version && command -v gridbench llama-benchy
+        snakemake --version && command -v gridbench llama-benchy || return 1
+    if [ -f "$site/.vllm" ]; then
+        python3 -c 'import importlib.metadata as m; print("vllm", m.version("vllm"))'
+    fi
 }
 
 use_python_env() {
@@ -84,11 +117,24 @@ unpack_carried_build() {
 llama_cpp() {
     local src
     src=$(compgen -G "$carry/llama.cpp-src-*.tar.gz" | head -1)
-    if [ -z "$src" ]; then # no sources: only a carried build will do
+    if [ -z "$src" ] || { [ -x "$llamacpp/bin/llama-server" ] && [ -f "$llamacpp/bin/.carried" ]; }; then
+        # no sources, or a carried build: use the build as it is
         "$llamacpp/bin/llama-server" --version
         return
     fi
-    bash scripts/build_llamacpp_cuda.sh "$src" || return 1
+    if [ -n "${WHILE_BUILDING:-}" ] && [ "${1:-}" != --wait ]; then
+        # niced, and leaving cores free: the engine measuring meanwhile keeps the CPU it needs
+        JOBS=$(($(nproc) * 3 / 4)) nice -n 19 bash scripts/build_llamacpp_cuda.sh "$src" \
+            > logs/gpu/llamacpp_build.log 2>&1 &
+        build_pid=$!
+        echo "building llama.cpp in the background (logs/gpu/llamacpp_build.log)"
+        return 0
+    fi
+    if [ -n "${build_pid:-}" ]; then
+        wait "$build_pid" || { tail -40 logs/gpu/llamacpp_build.log; return 1; }
+    else
+        bash scripts/build_llamacpp_cuda.sh "$src" || return 1
+    fi
     # a fresh build goes back with the results, to be carried next time
     if [ "$(cat "$llamacpp/bin/BUILD_STAMP")" != "$(cat "$llamacpp/bin/.carried" 2>/dev/null)" ]; then
         tar -czf "$out/llamacpp-cuda-bin.tar.gz" -C "$llamacpp" bin
@@ -100,6 +146,19 @@ llama_cpp() {
     fi
 }
 
+earlier_results() {
+    [ -n "${RESULTS_FROM:-}" ] || return 0
+    local kind kept
+    for kind in raw natural; do
+        [ -d "$RESULTS_FROM/results/$kind" ] || continue
+        mkdir -p "results/$kind"
+        # -n: a cell this machine measured itself wins; -p: the results keep their times
+        cp -rnp "$RESULTS_FROM/results/$kind/." "results/$kind/"
+    done
+    kept=$(find results/raw results/natural -name '*.json' ! -name '*.provenance.json' 2> /dev/null | wc -l)
+    echo "$kept cells measured earlier are kept (from $RESULTS_FROM)"
+}
+
 sweep() {
     local left=$((budget - SECONDS - pack_s))
     if [ "$left" -lt 60 ]; then
@@ -107,20 +166,22 @@ sweep() {
         return 1
     fi
     echo "the sweep may take $left s"
-    # SIGINT lets Snakemake stop its jobs and run its onerror handler (engines stopped)
+    # SIGINT lets Snakemake stop its jobs and run its onerror handler (engines stopped).
+    # No mtime trigger: the models this machine just wrote are newer than results brought
+    # from an earlier machine, which stay valid (the same deterministic weights).
     timeout --signal=INT --kill-after=20 "$left" \
-        snakemake -j1 --scheduler greedy --configfile "${configs[@]}" "$@"
+        snakemake -j1 --scheduler greedy --rerun-triggers params input software-env code \
+        --configfile "${configs[@]}" "$@"
 }
 
 finish() {
+    local grid
     gridbench engine stop --all
-    if [ ! -s dataset/dataset.csv ]; then
-        # the sweep stopped early or cells failed: the dataset of what exists, by the
-        # same command the workflow's build_dataset rule runs
-        local grid
-        grid=$(ls -t .gridbench/grid-*.json 2>/dev/null | head -1)
-        [ -n "$grid" ] && gridbench dataset --grid "$grid" --csv dataset/dataset.csv \
-            --json dataset/dataset.json --parquet dataset/dataset.parquet
+    # the dataset, graphs and report of every cell measured so far, by the command the
+    # workflow itself ends a failed run with (a complete run has written them already)
+    grid=$(ls -t .gridbench/grid-*.json 2> /dev/null | head -1)
+    if [ -n "$grid" ] && { [ ! -s dataset/comparison.md ] || [ -d partial ]; }; then
+        gridbench finalize --grid "$grid" --outdir .
     fi
     [ -s dataset/dataset.csv ] && python3 - << 'SUMMARY'
 import pandas as pd
@@ -134,30 +195,40 @@ SUMMARY
 
 pack() {
     local paths=()
-    for path in results dataset graphs comparison.md report.html logs .gridbench/grid-*.json \
-        resources/models/h200/weight_gb.tsv resources/models/h200/SHAPE resources/models/h200/quantize-*.log \
+    for path in results dataset graphs report.html logs .gridbench/grid-*.json \
+        resources/models/*/weight_gb.tsv resources/models/*/SHAPE resources/models/*/quantize-*.log \
         "$llamacpp"/cmake-*.log "$llamacpp"/bin/BUILD_STAMP; do
         [ -e "$path" ] && paths+=("$path")
     done
     tar -czf "$out/study.tar.gz" "${paths[@]}"
     [ -s dataset/dataset.csv ] && cp dataset/dataset.csv "$out/"
-    [ -s comparison.md ] && cp comparison.md "$out/"
+    [ -s dataset/comparison.md ] && cp dataset/comparison.md "$out/"
     ls -l "$out"
 }
 
-echo "gridbench GPU study: ${configs[*]}, budget $budget s, carry $carry, out $out"
+echo "gridbench GPU study $study: ${configs[*]}, budget $budget s, carry $carry, out $out"
 timed machine machine
-if timed python_env python_env; then # (its PATH and PYTHONPATH stay set)
+if timed carry carried && timed python_env python_env; then # (its PATH and PYTHONPATH stay set)
     timed unpack_carried_build unpack_carried_build
-    [ -f "$llamacpp/bin/BUILD_STAMP" ] && cp "$llamacpp/bin/BUILD_STAMP" "$llamacpp/bin/.carried"
-    # the F16 model needs no llama.cpp: write it while llama.cpp builds
-    timed model_f16 bash scripts/prepare_gpu_models.sh --f16-only > logs/gpu/model_f16.log 2>&1 &
-    f16_pid=$!
+    [ -f "$llamacpp/bin/BUILD_STAMP" ] && [ ! -f "$llamacpp/bin/.carried" ] &&
+        cp "$llamacpp/bin/BUILD_STAMP" "$llamacpp/bin/.carried"
+    # the models that need no llama.cpp are written while llama.cpp builds
+    timed models_first bash scripts/prepare_gpu_models.sh --study "$study" --no-quantize \
+        > logs/gpu/models_first.log 2>&1 &
+    models_pid=$!
+    build_pid=
     timed llama_cpp llama_cpp
     built=$?
-    wait "$f16_pid"
-    cat logs/gpu/model_f16.log
-    if [ "$built" -eq 0 ] && timed models bash scripts/prepare_gpu_models.sh; then
+    wait "$models_pid"
+    cat logs/gpu/models_first.log
+    timed earlier_results earlier_results
+    if [ -n "$build_pid" ]; then
+        # shellcheck disable=SC2086 # WHILE_BUILDING is a list of arguments
+        timed sweep_while_building sweep $WHILE_BUILDING
+        timed llama_cpp llama_cpp --wait
+        built=$?
+    fi
+    if [ "$built" -eq 0 ] && timed models bash scripts/prepare_gpu_models.sh --study "$study"; then
         timed sweep sweep "$@"
     fi
     timed finish finish
