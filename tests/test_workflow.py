@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, write_config
+from conftest import REPO, free_port, write_config
 from gridbench.engines.runtime import ProcessRuntime
 
 pytestmark = pytest.mark.workflow
@@ -139,6 +139,25 @@ def test_an_engine_is_checked_once_everything_its_cells_read_is_there(tmp_path, 
     assert result.returncode == 0, result.stdout + result.stderr
     jobs = dict(re.findall(r"^(\w+) +(\d+)$", result.stdout, re.MULTILINE))
     assert jobs == {"make_demo_models": "1", "make_corpus": "1", "check_engine": "1", "total": "3"}
+
+
+def test_every_engine_is_checked_before_any_cell_runs(tmp_path, demo_config, monkeypatch):
+    """With the greedy scheduler a ready job of higher priority always goes first: an engine
+    check below the cells' priorities waited until every cell of the other engines had run
+    (seen on the H200: a sweep stopped at its budget never reached the second engine)."""
+    monkeypatch.chdir(tmp_path)
+    demo_config["engines"]["second"] = {**demo_config["engines"]["llamacpp"], "port": free_port()}
+    demo_config["configs"]["S_f16_n0"] = {"engine": "second", "checkpoint": "f16", "speculation": "none"}
+    write_config(tmp_path / "grid.yaml", demo_config)
+    result = snakemake(tmp_path, "-n", "--scheduler", "greedy", "--configfile", "grid.yaml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    priorities: dict[str, list[int]] = {}
+    for rule, block in re.findall(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", result.stdout, re.MULTILINE | re.DOTALL):
+        found = re.search(r"priority: (-?\d+)", block)
+        priorities.setdefault(rule, []).append(int(found.group(1)) if found else 0)
+    assert len(priorities["check_engine"]) == 2
+    cells = priorities["bench_cell"] + priorities["natural_cell"]
+    assert min(priorities["check_engine"]) > max(cells)
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)

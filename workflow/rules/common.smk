@@ -181,6 +181,12 @@ def get_cell_priority(wildcards):
     return _PER_CONFIG * config_rank - within
 
 
+# An engine's check runs as soon as its files are there, before any cell: a check left at
+# the default priority waits behind every ready cell of the other engines, so a sweep cut
+# short (a GPU loan's end) never reached the later engines' cells at all.
+ENGINE_CHECK_PRIORITY = _PER_CONFIG * (len(_CONFIG_RANK) + 1)
+
+
 def get_cell_gpus(wildcards):
     """GPU slots a cell's engine takes (--resources gpu=N caps how many run at once)."""
     return GRID.configs[wildcards.config].serving.tensor_parallel_size

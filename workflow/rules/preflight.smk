@@ -5,6 +5,7 @@ rule check_engine:
         "results/preflight/{engine}.json",
     log:
         "logs/preflight/{engine}.log",
+    priority: ENGINE_CHECK_PRIORITY
     params:
         grid=GRID_FILE,
     shell:
