@@ -73,7 +73,9 @@ carried() {
 
 # wrapper NAME MODULE: a console script in $site/bin that runs MODULE's main() with this python
 wrapper() {
-    printf '#!%s\nimport sys\nfrom %s import main\nsys.exit(main())\n' "$(command -v python3)" "$2" > "$site/bin/$1"
+    # the __main__ guard: vLLM's engine core is a spawned process, which imports this again
+    printf '#!%s\nimport sys\nfrom %s import main\nif __name__ == "__main__":\n    sys.exit(main())\n' \
+        "$(command -v python3)" "$2" > "$site/bin/$1"
     chmod +x "$site/bin/$1"
 }
 
