@@ -121,6 +121,16 @@ def test_seed000_roofline_capacity_and_natural_tables(seed000):
     assert "dialogue (14 of 512 tokens)" in verdict
 
 
+def test_capacity_verdict_says_nothing_of_a_config_it_never_measured(seed000):
+    grid, frame, natural = seed000
+    config = "Q_nvfp4_dflash_k5"
+    natural = natural.copy()
+    natural.loc[natural["config"] == config, "status"] = "failed"
+    verdict = section(render_report(grid, frame, natural), "Verdict")
+    assert f"{config} sustains" not in verdict
+    assert "sustains" in verdict  # the configs that were measured still get their line
+
+
 def test_partial_runs_say_so_and_list_every_failed_cell(seed000):
     grid, frame, natural = seed000
     report = render_report(grid, frame, natural)

@@ -404,7 +404,10 @@ def natural_verdict(natural: pd.DataFrame, study: Mapping[str, Any]) -> list[str
     targets = capacity_targets(study)
     if targets:
         per_config: dict[str, list[str]] = {}
+        measured = set(zip(ok["config"], ok["prompt_class"], strict=True))
         for cap in analysis.capacities(natural, targets):
+            if (cap.config, cap.prompt_class) not in measured:
+                continue  # failed or never ran: nothing is known of its capacity
             per_config.setdefault(cap.config, []).append(
                 f"c={cap.concurrency} on {cap.prompt_class}"
                 if cap.concurrency
