@@ -20,18 +20,9 @@ from gridbench.assets.dflash_model import (
     write_qwen3_target,
 )
 from gridbench.assets.gguf_model import vocab
+from gridbench.assets.hf_model import MODEL_FILES
 from gridbench.assets.safetensors_stream import read_safetensors
 from gridbench.cli import main
-
-TARGET_FILES = {
-    "config.json",
-    "generation_config.json",
-    "model.safetensors",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-}
 
 
 @pytest.fixture(scope="module")
@@ -49,34 +40,35 @@ def _config(path) -> dict:
     return json.loads((path / "config.json").read_text())
 
 
+def qwen3_layer(p: str, config: dict) -> dict[str, tuple[int, ...]]:
+    """One Qwen3 decoder layer's tensors under the prefix ``p``."""
+    h, ffn, hd = config["hidden_size"], config["intermediate_size"], config["head_dim"]
+    q, kv = config["num_attention_heads"] * hd, config["num_key_value_heads"] * hd
+    return {
+        p + "input_layernorm.weight": (h,),
+        p + "post_attention_layernorm.weight": (h,),
+        p + "self_attn.q_proj.weight": (q, h),
+        p + "self_attn.k_proj.weight": (kv, h),
+        p + "self_attn.v_proj.weight": (kv, h),
+        p + "self_attn.o_proj.weight": (h, q),
+        p + "self_attn.q_norm.weight": (hd,),
+        p + "self_attn.k_norm.weight": (hd,),
+        p + "mlp.gate_proj.weight": (ffn, h),
+        p + "mlp.up_proj.weight": (ffn, h),
+        p + "mlp.down_proj.weight": (h, ffn),
+    }
+
+
 def expected_qwen3_tensors(config: dict) -> dict[str, tuple[int, ...]]:
     """Every parameter of HF ``Qwen3ForCausalLM`` (untied): Llama's plus per-head q/k norms."""
-    h, ffn, hd = config["hidden_size"], config["intermediate_size"], config["head_dim"]
-    q, kv, vocab_size = (
-        config["num_attention_heads"] * hd,
-        config["num_key_value_heads"] * hd,
-        config["vocab_size"],
-    )
+    h, vocab_size = config["hidden_size"], config["vocab_size"]
     names = {
         "model.embed_tokens.weight": (vocab_size, h),
         "model.norm.weight": (h,),
         "lm_head.weight": (vocab_size, h),
     }
     for i in range(config["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        names |= {
-            p + "input_layernorm.weight": (h,),
-            p + "post_attention_layernorm.weight": (h,),
-            p + "self_attn.q_proj.weight": (q, h),
-            p + "self_attn.k_proj.weight": (kv, h),
-            p + "self_attn.v_proj.weight": (kv, h),
-            p + "self_attn.o_proj.weight": (h, q),
-            p + "self_attn.q_norm.weight": (hd,),
-            p + "self_attn.k_norm.weight": (hd,),
-            p + "mlp.gate_proj.weight": (ffn, h),
-            p + "mlp.up_proj.weight": (ffn, h),
-            p + "mlp.down_proj.weight": (h, ffn),
-        }
+        names |= qwen3_layer(f"model.layers.{i}.", config)
     return names
 
 
@@ -98,8 +90,7 @@ def expected_dflash_tensors(draft: dict, target: dict) -> dict[str, tuple[int, .
       ``mask_embedding.pt``; ``d2t``/``t2d`` only for a smaller draft vocabulary; a
       ``mask_hidden`` tensor is refused.
     """
-    h, ffn, hd = draft["hidden_size"], draft["intermediate_size"], draft["head_dim"]
-    q, kv = draft["num_attention_heads"] * hd, draft["num_key_value_heads"] * hd
+    h = draft["hidden_size"]
     taps = len(draft["dflash_config"]["target_layer_ids"])
     names = {
         "fc.weight": (h, target["hidden_size"] * taps),
@@ -107,25 +98,12 @@ def expected_dflash_tensors(draft: dict, target: dict) -> dict[str, tuple[int, .
         "norm.weight": (h,),
     }
     for i in range(draft["num_hidden_layers"]):
-        p = f"layers.{i}."
-        names |= {
-            p + "input_layernorm.weight": (h,),
-            p + "post_attention_layernorm.weight": (h,),
-            p + "self_attn.q_proj.weight": (q, h),
-            p + "self_attn.k_proj.weight": (kv, h),
-            p + "self_attn.v_proj.weight": (kv, h),
-            p + "self_attn.o_proj.weight": (h, q),
-            p + "self_attn.q_norm.weight": (hd,),
-            p + "self_attn.k_norm.weight": (hd,),
-            p + "mlp.gate_proj.weight": (ffn, h),
-            p + "mlp.up_proj.weight": (ffn, h),
-            p + "mlp.down_proj.weight": (h, ffn),
-        }
+        names |= qwen3_layer(f"layers.{i}.", draft)
     return names
 
 
 def test_the_cli_writes_a_complete_target_and_draft(pair):
-    assert {p.name for p in (pair / "target").iterdir()} == TARGET_FILES
+    assert {p.name for p in (pair / "target").iterdir()} == set(MODEL_FILES)
     # vLLM takes a DFlash draft's tokenizer from the target
     assert {p.name for p in (pair / "dflash").iterdir()} == {"config.json", "model.safetensors"}
 
