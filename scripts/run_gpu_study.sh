@@ -19,6 +19,7 @@
 #          CARRY         the carry folder (.device-carry)
 #          RESULTS_FROM  a folder with results/ of an earlier run of the study (e.g. the
 #                        committed studies/$STUDY); its cells are kept, not measured again
+#                        (scripts/restore_results.sh)
 #          WHILE_BUILDING  Snakemake arguments of a first pass that runs while llama.cpp
 #                        builds in the background (configs that need no llama.cpp, e.g.
 #                        "--config config=V_bf16_none,V_bf16_self4"); unset, the build
@@ -119,11 +120,13 @@ unpack_carried_build() {
 llama_cpp() {
     local src
     src=$(compgen -G "$carry/llama.cpp-src-*.tar.gz" | head -1)
-    if [ -z "$src" ] || { [ -x "$llamacpp/bin/llama-server" ] && [ -f "$llamacpp/bin/.carried" ]; }; then
-        # no sources, or a carried build: use the build as it is
-        "$llamacpp/bin/llama-server" --version
-        return
+    if [ -x "$llamacpp/bin/llama-server" ] && [ -f "$llamacpp/bin/.carried" ]; then
+        # a carried build, or this machine's own from an earlier run: used as it is
+        "$llamacpp/bin/llama-server" --version && return 0
+        echo "the llama.cpp build in $llamacpp/bin does not run here: building it from the sources"
+        rm -rf "$llamacpp/bin"
     fi
+    [ -n "$src" ] || { echo "no llama.cpp build runs here and $carry has no sources" >&2; return 1; }
     if [ -n "${WHILE_BUILDING:-}" ] && [ "${1:-}" != --wait ]; then
         # niced, and leaving cores free: the engine measuring meanwhile keeps the CPU it needs
         JOBS=$(($(nproc) * 3 / 4)) nice -n 19 bash scripts/build_llamacpp_cuda.sh "$src" \
@@ -148,17 +151,9 @@ llama_cpp() {
     fi
 }
 
-earlier_results() {
+earlier_results() { # earlier_results [SNAKEMAKE_ARGS...]: for the configs whose inputs exist
     [ -n "${RESULTS_FROM:-}" ] || return 0
-    local kind kept
-    for kind in raw natural; do
-        [ -d "$RESULTS_FROM/results/$kind" ] || continue
-        mkdir -p "results/$kind"
-        # -n: a cell this machine measured itself wins; -p: the results keep their times
-        cp -rnp "$RESULTS_FROM/results/$kind/." "results/$kind/"
-    done
-    kept=$(find results/raw results/natural -name '*.json' ! -name '*.provenance.json' 2> /dev/null | wc -l)
-    echo "$kept cells measured earlier are kept (from $RESULTS_FROM)"
+    bash scripts/restore_results.sh "$RESULTS_FROM" --configfile "${configs[@]}" "$@"
 }
 
 sweep() {
@@ -168,12 +163,9 @@ sweep() {
         return 1
     fi
     echo "the sweep may take $left s"
-    # SIGINT lets Snakemake stop its jobs and run its onerror handler (engines stopped).
-    # No mtime trigger: the models this machine just wrote are newer than results brought
-    # from an earlier machine, which stay valid (the same deterministic weights).
+    # SIGINT lets Snakemake stop its jobs and run its onerror handler (engines stopped)
     timeout --signal=INT --kill-after=20 "$left" \
-        snakemake -j1 --scheduler greedy --rerun-triggers params input software-env code \
-        --configfile "${configs[@]}" "$@"
+        snakemake -j1 --scheduler greedy --configfile "${configs[@]}" "$@"
 }
 
 finish() {
@@ -223,14 +215,16 @@ if timed carry carried && timed python_env python_env; then # (its PATH and PYTH
     built=$?
     wait "$models_pid"
     cat logs/gpu/models_first.log
-    timed earlier_results earlier_results
     if [ -n "$build_pid" ]; then
         # shellcheck disable=SC2086 # WHILE_BUILDING is a list of arguments
+        timed earlier_results earlier_results $WHILE_BUILDING
+        # shellcheck disable=SC2086
         timed sweep_while_building sweep $WHILE_BUILDING
         timed llama_cpp llama_cpp --wait
         built=$?
     fi
     if [ "$built" -eq 0 ] && timed models bash scripts/prepare_gpu_models.sh --study "$study"; then
+        timed earlier_results earlier_results
         timed sweep sweep "$@"
     fi
     timed finish finish

@@ -160,6 +160,50 @@ def test_every_engine_is_checked_before_any_cell_runs(tmp_path, demo_config, mon
     assert min(priorities["check_engine"]) > max(cells)
 
 
+def test_results_brought_from_another_machine_are_kept_and_only_missing_cells_run(tmp_path, demo_config):
+    """scripts/restore_results.sh on a machine that has nothing yet: its models, corpus and
+    engine check are made there, newer than the brought results, which must still count."""
+    demo_config["configs"] = {k: demo_config["configs"][k] for k in ("D_f16_n0", "D_q8_0_n0")}
+    demo_config["depths"] = [0, 256]
+    demo_config.pop("natural")
+    workdir = tmp_path / "here"
+    workdir.mkdir()
+    write_config(workdir / "grid.yaml", demo_config)
+    earlier = tmp_path / "earlier/results/raw"
+    for cell in ("D_f16_n0/depth_0", "D_f16_n0/depth_256", "D_q8_0_n0/depth_0"):
+        for suffix in (".json", ".provenance.json"):
+            (earlier / f"{cell}{suffix}").parent.mkdir(parents=True, exist_ok=True)
+            (earlier / f"{cell}{suffix}").write_text('"measured earlier"')
+    here = workdir / "results/raw/D_q8_0_n0/depth_0.json"
+    here.parent.mkdir(parents=True)
+    here.write_text('"measured here"')  # a cell this machine measured wins
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    restore = subprocess.run(
+        [
+            "bash",
+            REPO / "scripts/restore_results.sh",
+            tmp_path / "earlier",
+            "-s",
+            REPO / "Snakefile",
+            "--configfile",
+            "grid.yaml",
+        ],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert restore.returncode == 0, restore.stdout + restore.stderr
+    assert (workdir / "results/preflight/llamacpp.json").exists()  # checked on this machine
+    assert here.read_text() == '"measured here"'
+    assert (workdir / "results/raw/D_f16_n0/depth_256.json").read_text() == '"measured earlier"'
+
+    plan = snakemake(workdir, "-n", "--configfile", str(workdir / "grid.yaml"))
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    scheduled = re.findall(r"^    wildcards: config=(\w+), depth=(\d+)$", plan.stdout, re.MULTILINE)
+    assert scheduled == [("D_q8_0_n0", "256")]
+
+
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_a_failed_cell_reruns_alone(workdir, demo_config, runtime):
     demo_config["configs"] = {"D_q8_0_n0": demo_config["configs"]["D_q8_0_n0"]}
