@@ -42,7 +42,10 @@ tar -xzf "$sdist" -C "$tmp/llama.cpp" --strip-components=3 "llama_cpp_python-$ve
         "$version" "$sha256" "scripts/fetch_llamacpp_source.sh" > GRIDBENCH_SOURCE
 )
 mkdir -p "$outdir"
-tar -czf "$tmp/src.tar.gz" -C "$tmp" llama.cpp
+# reproducible (sorted, fixed owners and times, no gzip timestamp): a build's stamp holds the
+# tarball's digest, so a re-fetched tarball still matches a build carried from elsewhere
+tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - -C "$tmp" llama.cpp |
+    gzip -n > "$tmp/src.tar.gz"
 mv "$tmp/src.tar.gz" "$tarball"
 echo "wrote $tarball ($(du -h "$tarball" | cut -f1))" >&2
 echo "$tarball"

@@ -8,8 +8,9 @@
 #                                   loads (FlashAttention 2, DeepGEMM, the SM100 kernels,
 #                                   vllm-rs): 290 MB of wheel become about 115 MB
 #   DIR/whl/*.whl                   plus vllm's dependencies (scripts/vllm-device-wheels.txt)
-# A llama.cpp build that an earlier run packed (llamacpp-cuda-bin.tar.gz, or its .part-*
-# pieces) may be added to DIR by hand: the run then reuses it instead of building.
+# A llama.cpp build packed by an earlier run (llamacpp-cuda-bin.tar.gz, or its .part-*
+# pieces) or by scripts/build_llamacpp_cuda_on_cpu.sh DIR (32 min on 2 cores, no GPU) travels
+# too: the run then uses it instead of building for 5 minutes on the GPU machine.
 #
 # Then the folder is cut into pieces for machines that take files in limited sizes:
 #   DIR/pieces/c1 … cN              one piece each, at most PIECE_MIB (56) MiB, with a MANIFEST
