@@ -204,6 +204,56 @@ def test_results_brought_from_another_machine_are_kept_and_only_missing_cells_ru
     assert scheduled == [("D_q8_0_n0", "256")]
 
 
+def test_the_two_gpu_h200_study_schedules_one_engine_per_gpu(tmp_path):
+    """config/studies/h200x2.yaml, dry-run on placeholder files (the two-GPU machine is not
+    lent to CI): every config of the vLLM study on one slot each, the tensor-parallel config
+    on both, and one config at a time per engine resource."""
+    study = yaml.safe_load((REPO / "config/studies/h200-vllm.yaml").read_text())
+    files = {
+        path
+        for section in ("engines", "checkpoints", "speculations")
+        for entry in study[section].values()
+        for path in entry.get("files", [])
+    }
+    for path in files:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).touch(mode=0o755)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").touch(mode=0o755)  # the process engine's check looks it up on PATH
+    env = {**os.environ, "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    plan = subprocess.run(
+        [
+            Path(sys.executable).parent / "snakemake",
+            "-s",
+            REPO / "Snakefile",
+            "-d",
+            tmp_path,
+            "-n",
+            "-j",
+            "2",
+            "--resources",
+            "gpu=2",
+            "--configfile",
+            REPO / "config/studies/h200-vllm.yaml",
+            REPO / "config/studies/h200x2.yaml",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    gpus = {}
+    for block in re.findall(r"^rule (?:bench|natural)_cell:\n((?:    .*\n)+)", plan.stdout, re.MULTILINE):
+        config = re.search(r"wildcards: config=(\w+)", block).group(1)
+        claimed = dict(pair.split("=") for pair in re.search(r"resources: (.*)", block).group(1).split(", "))
+        gpus.setdefault(config, set()).add(claimed["gpu"])
+        assert claimed[f"engine_{config}"] == "1", block  # one cell of a config at a time
+    assert len(gpus) == 13 and gpus.pop("V_bf16_tp2") == {"2"}
+    assert set().union(*gpus.values()) == {"1"}
+
+
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_a_failed_cell_reruns_alone(workdir, demo_config, runtime):
     demo_config["configs"] = {"D_q8_0_n0": demo_config["configs"]["D_q8_0_n0"]}

@@ -140,6 +140,7 @@ def _engine_record(engine: EngineLease, cfg: ServingConfig) -> dict[str, Any]:
         "base_url": engine.base_url,
         "slot": engine.slot,
         "slots": list(engine.slots),
+        "gpus": provenance.slot_gpus(engine.slots),  # index, UUID, name of each slot's GPU
         "started_at": engine.started_at,
         "startup_s": engine.ready_s,
         "reused": engine.reused,

@@ -8,6 +8,7 @@ import re
 import shutil
 import socket
 import subprocess
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
@@ -54,6 +55,22 @@ def query_gpus(fields: str) -> list[list[str]]:
     except (subprocess.SubprocessError, OSError):
         return []
     return [[part.strip() for part in line.split(",")] for line in out.splitlines() if line.strip()]
+
+
+def gpus_of_slots(rows: Sequence[Sequence[str]], slots: Sequence[str]) -> list[dict[str, str]]:
+    """The rows of ``nvidia-smi --query-gpu=index,uuid,name`` that the slots name: a slot
+    names its GPU by index or by UUID, as CUDA_VISIBLE_DEVICES and Docker do."""
+    wanted = {str(slot) for slot in slots}
+    return [
+        {"index": index, "uuid": uuid, "name": name}
+        for index, uuid, name in rows
+        if index in wanted or uuid in wanted
+    ]
+
+
+def slot_gpus(slots: Sequence[str]) -> list[dict[str, str]]:
+    """The GPUs an engine's slots give it; none on a machine without NVIDIA GPUs."""
+    return gpus_of_slots(query_gpus("index,uuid,name"), slots)
 
 
 @cache
