@@ -69,7 +69,8 @@ def test_cell_on_llamacpp_counts_what_the_engine_generated(workdir):
     requests = result["requests"]
     assert [r["index"] for r in requests] == list(range(4)) and all(r["status"] == "ok" for r in requests)
     for r in requests:
-        assert 0 < r["ttft_ms"] < r["e2e_ms"] and 1 <= r["output_tokens"] <= 16
+        # equal when the engine sends all of an answer's text in its last chunk
+        assert 0 < r["ttft_ms"] <= r["e2e_ms"] and 1 <= r["output_tokens"] <= 16
         assert r["finish_reason"] in ("length", "stop")
     assert result["summary"] == summarize(requests)  # recomputable from the file
     assert result["summary"]["ok"] == 4 and result["spec_decode"] is None

@@ -132,6 +132,7 @@ def provenance_record(
             "base_url": f"http://{cfg.engine.host}:{cfg.engine.port}",
             "slot": "0",
             "slots": ["0"],
+            "gpus": [],
             "started_at": started_at,
             "startup_s": 300.0,
             "reused": True,
