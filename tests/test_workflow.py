@@ -204,6 +204,27 @@ def test_results_brought_from_another_machine_are_kept_and_only_missing_cells_ru
     assert scheduled == [("D_q8_0_n0", "256")]
 
 
+def test_a_filtered_run_leaves_the_engine_check_and_its_cells_as_they_were(
+    tmp_path, demo_config, monkeypatch
+):
+    """A few configs first (--config config=…), the whole grid later: the engine check
+    covers every config on its engine, so neither run makes it, and with it every measured
+    cell of that engine, stale (a check per filter re-measured whole engines)."""
+    monkeypatch.chdir(tmp_path)
+    write_config(tmp_path / "grid.yaml", demo_config)
+    checked = snakemake(tmp_path, "--until", "check_engine", "--configfile", "grid.yaml")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    for args in (["--config", "config=D_f16_n0"], []):
+        plan = snakemake(tmp_path, "-n", "--quiet", "rules", "--configfile", "grid.yaml", *args)
+        assert plan.returncode == 0, plan.stdout + plan.stderr
+        jobs = dict(re.findall(r"^(\w+) +(\d+)$", plan.stdout, re.MULTILINE))
+        assert "check_engine" not in jobs, (args, jobs)
+    one = snakemake(
+        tmp_path, "-n", "--quiet", "rules", "--configfile", "grid.yaml", "--config", "config=D_f16_n0"
+    )
+    assert dict(re.findall(r"^(\w+) +(\d+)$", one.stdout, re.MULTILINE))["bench_cell"] == "4"
+
+
 def test_the_two_gpu_h200_study_schedules_one_engine_per_gpu(tmp_path):
     """config/studies/h200x2.yaml, dry-run on placeholder files (the two-GPU machine is not
     lent to CI): every config of the vLLM study on one slot each, the tensor-parallel config

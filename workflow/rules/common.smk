@@ -42,6 +42,19 @@ GRID_FILE = (
 )
 if not Path(GRID_FILE).exists():
     atomic_write_text(Path(GRID_FILE), _GRID_JSON)
+# An engine's check covers every config on it, whatever a run's filter (--config
+# config=…) selects: a filter then leaves the check, and every cell that depends on it, as
+# it was, so a few configs run first and the whole grid later measure each cell once.
+_FILTERS = ("engine", "checkpoint", "speculation", "config")
+_UNFILTERED_JSON = json.dumps(
+    {k: v for k, v in config.items() if k not in _FILTERS} | dict.fromkeys(_FILTERS),
+    default=str,
+)
+ENGINE_CHECK_GRID_FILE = (
+    f".gridbench/grid-{hashlib.sha256(_UNFILTERED_JSON.encode()).hexdigest()[:16]}.json"
+)
+if not Path(ENGINE_CHECK_GRID_FILE).exists():
+    atomic_write_text(Path(ENGINE_CHECK_GRID_FILE), _UNFILTERED_JSON)
 _CONFIG_RANK = {name: rank for rank, name in enumerate(PLAN["configs"])}
 _DEPTH_RANK = {depth: rank for rank, depth in enumerate(GRID.depths)}
 _PROMPT_CLASSES = (GRID.natural or {}).get("prompt_classes", [])
@@ -120,9 +133,13 @@ def get_engine_files(wildcards):
     the priorities keep each config's cells back to back on one warm engine (natural
     cells would otherwise run first, before the corpus exists)."""
     files = {}
-    for plan, kind in ((PLAN, "benchy"), (NATURAL_PLAN, "natural")):
-        for name in dict.fromkeys(cell["config"] for cell in plan["cells"]):
-            if GRID.configs[name].engine.name == wildcards.engine:
+    kinds = ("benchy", "natural") if GRID.natural else ("benchy",)
+    for (
+        name,
+        cfg,
+    ) in GRID.configs.items():  # every config on the engine: see ENGINE_CHECK_GRID_FILE
+        if cfg.engine.name == wildcards.engine:
+            for kind in kinds:
                 files.update(dict.fromkeys(_host_files(name, kind)))
     return list(files)
 

@@ -7,7 +7,7 @@ rule check_engine:
         "logs/preflight/{engine}.log",
     priority: ENGINE_CHECK_PRIORITY
     params:
-        grid=GRID_FILE,
+        grid=ENGINE_CHECK_GRID_FILE,
     shell:
         "gridbench engine check --grid {params.grid:q} --engine {wildcards.engine:q}"
         " --out {output:q} > {log:q} 2>&1"
