@@ -110,3 +110,56 @@ def test_config_values_reach_the_engine_as_literal_arguments(workdir, demo_confi
     log = (workdir / "logs/engines/D_f16_n0.log").read_text()
     assert "x; touch pwned; $(touch pwned2)" in log  # handed over verbatim, as one argument
     assert Path(workdir / "logs/cells/D_f16_n0/depth_0.log").exists()
+
+
+@pytest.mark.parametrize(
+    ("place", "plant"),
+    [
+        (
+            "engine extra_args",
+            lambda c: c["engines"]["llamacpp"]["extra_args"].extend(["--api-key", API_KEY]),
+        ),
+        ("engine command", lambda c: c["engines"]["llamacpp"]["command"].append(f"--api-key={API_KEY}")),
+        (
+            "engine entrypoint",
+            lambda c: c["engines"]["llamacpp"].update(entrypoint=["serve", "--hf-token", "x"]),
+        ),
+        ("config extra_args", lambda c: c["configs"]["D_f16_n0"].update(extra_args=["--token", "abc"])),
+        (
+            "speculation extra_args",
+            lambda c: c["speculations"]["draft4"].update(
+                extra_args=["-H", f"Authorization: Bearer {API_KEY}"]
+            ),
+        ),
+        ("speculation extra", lambda c: c["speculations"]["draft4"].update(extra={"hub": HUB_TOKEN})),
+        (
+            "volume path",
+            lambda c: c["checkpoints"]["f16"].update(
+                volumes=[{"host": f"/keys/{API_KEY}", "container": "/k"}]
+            ),
+        ),
+        ("checkpoint model", lambda c: c["checkpoints"]["f16"].update(model=f"/models/{HUB_TOKEN}/m.gguf")),
+    ],
+)
+def test_a_credential_in_arguments_or_paths_is_refused_without_echoing_it(place, plant):
+    """Arguments and paths end up in `gridbench engine command`, every provenance file and
+    the dataset: a credential there is refused, and the message never repeats it."""
+    config = load_yaml(REPO / "config/demo.yaml")
+    plant(config)
+    with pytest.raises(ConfigError, match="would put a secret on the engine's command line") as refused:
+        validate_config(config, "demo.yaml")
+        Grid.from_config(config, "demo.yaml")
+    assert API_KEY not in str(refused.value) and HUB_TOKEN not in str(refused.value), place
+    assert "api_key_env" in str(refused.value)
+
+
+def test_flags_that_merely_look_alike_are_allowed():
+    config = load_yaml(REPO / "config/demo.yaml")
+    config["engines"]["llamacpp"]["extra_args"] += [
+        "--api-key-file",
+        "/run/keys/engine",
+        "--tokenizer",
+        "t.json",
+    ]
+    validate_config(config, "demo.yaml")
+    Grid.from_config(config, "demo.yaml")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import cache
@@ -373,6 +374,10 @@ class Grid:
                         hint=f"declare {entry[key]!r} under {FILTER_KEYS[key]} or fix the name",
                     )
             _check_no_literal_secrets(f"configs.{name}", entry.get("env", {}))
+            _check_no_secrets_in_arguments(
+                f"configs.{name}",
+                [*entry.get("extra_args", []), *_volume_paths(entry.get("volumes", []))],
+            )
             engine = engines[entry["engine"]]
             speculation = speculations[entry["speculation"]]
             _check_speculation(source, name, engine, speculation)
@@ -511,8 +516,41 @@ def _check_no_literal_secrets(where: str, env: Mapping[str, Any]) -> None:
             )
 
 
+# A credential flag of an engine's command line (--api-key, --hf-token, --token,
+# --password, ...; --api-key-file names a file, not a secret), and values that look like a
+# credential wherever they are written (OpenAI-style and Hugging Face keys, bearer headers).
+_CREDENTIAL_FLAG = re.compile(r"^--?(api[-_]?key|(hf[-_])?token|password|secret|authorization)(=|$)", re.I)
+_CREDENTIAL_VALUE = re.compile(
+    r"\b(sk-[A-Za-z0-9_-]{12,}|hf_[A-Za-z0-9]{12,})|\bbearer\s+\S|authorization\s*:", re.I
+)
+
+
+def _check_no_secrets_in_arguments(where: str, values: Iterable[Any]) -> None:
+    """Refuse a credential in arguments and paths: the serve command line is printed by
+    `gridbench engine command` and recorded in every provenance file and the dataset."""
+    for value in map(str, values):
+        flag = _CREDENTIAL_FLAG.match(value)
+        if flag or _CREDENTIAL_VALUE.search(value):
+            what = f"the flag {value.split('=', 1)[0]}" if flag else "a value that looks like a credential"
+            raise ConfigError(
+                f"key {where}: {what} would put a secret on the engine's command line, into "
+                "every provenance record and the dataset",
+                hint="export the key in the environment and name that variable in the engine's "
+                "api_key_env: gridbench hands it to the engine as VLLM_API_KEY or LLAMA_API_KEY, "
+                "never as an argument (other secrets: the engine's pass_env)",
+            )
+
+
+def _volume_paths(volumes: Iterable[Mapping[str, Any]]) -> list[str]:
+    return [path for v in volumes for path in (v["host"], v["container"])]
+
+
 def _engine(name: str, e: Mapping[str, Any]) -> Engine:
     _check_no_literal_secrets(f"engines.{name}", e["env"])
+    _check_no_secrets_in_arguments(
+        f"engines.{name}",
+        [*e.get("command", []), *(e.get("entrypoint") or []), *e["extra_args"], *_volume_paths(e["volumes"])],
+    )
     if e["runtime"] == "docker" and not e.get("image"):
         raise ConfigError(
             f"key engines.{name}.image: the docker runtime needs an image",
@@ -553,6 +591,7 @@ def _engine(name: str, e: Mapping[str, Any]) -> Engine:
 
 
 def _checkpoint(name: str, c: Mapping[str, Any]) -> Checkpoint:
+    _check_no_secrets_in_arguments(f"checkpoints.{name}", [c["model"], *_volume_paths(c["volumes"])])
     return Checkpoint(
         name=name,
         model=c["model"],
@@ -569,6 +608,10 @@ def _checkpoint(name: str, c: Mapping[str, Any]) -> Checkpoint:
 
 
 def _speculation(name: str, s: Mapping[str, Any]) -> Speculation:
+    _check_no_secrets_in_arguments(
+        f"speculations.{name}",
+        [*s["extra_args"], *map(json.dumps, s["extra"].values()), *_volume_paths(s["volumes"])],
+    )
     method = s["method"]
     if method == "none":
         label = _label(s, "none")
