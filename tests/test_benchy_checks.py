@@ -9,7 +9,7 @@ import pytest
 
 from gridbench.errors import BenchmarkError
 from gridbench.grid import BenchySettings
-from gridbench.harness.benchy import TransportError, check_result, read_progress
+from gridbench.harness.benchy import BurstError, TransportError, check_result, read_progress
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -83,6 +83,24 @@ def test_connection_level_failures_are_transport_errors():
     progress = [{"type": "request_end", "total_tokens": 0, "error": "Server disconnected"}]
     with pytest.raises(TransportError):
         check_result(result, progress, depth=0, settings=settings(runs=3), what="cell")
+
+
+def test_an_answer_read_in_one_burst_is_worth_another_attempt():
+    """Seen on a loaded two-core machine: every request ended without an error, but one
+    answer's chunks were all read at once (64 tokens in 1.4 ms), so llama-benchy kept no
+    decode speed for it. That attempt is re-measured, not the engine blamed."""
+    result = single_depth(json.loads((FIXTURES / "basic_depth0_4096.json").read_text()), 0, 512)
+    for metric in ("tg_req_throughput", "tg_throughput"):
+        result["benchmarks"][0][metric]["values"] = result["benchmarks"][0][metric]["values"][:2]
+    ok = [{"type": "request_end", "total_tokens": 64, "error": ""}] * 3
+    with pytest.raises(BurstError, match=r"tg_req_throughput has 2 values, expected 3.*one burst"):
+        check_result(result, ok, depth=0, settings=settings(runs=3), what="cell")
+    with pytest.raises(BenchmarkError, match="requests failed") as unknown:  # no sign every request ended
+        check_result(result, ok[:1], depth=0, settings=settings(runs=3), what="cell")
+    assert not isinstance(unknown.value, BurstError)
+    result["benchmarks"][0]["tg_throughput"] = None  # every answer in one burst
+    with pytest.raises(BurstError, match="could not measure tg_throughput"):
+        check_result(result, ok, depth=0, settings=settings(runs=3), what="cell")
 
 
 def test_the_cell_depth_must_be_in_the_result():

@@ -300,7 +300,7 @@ def measure_benchy(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[s
                 what=spec.what,
             )
             break
-        except benchy.TransportError as err:
+        except benchy.RetryableError as err:
             attempts.append(err.message)
             if len(attempts) > settings.transport_retries:
                 raise

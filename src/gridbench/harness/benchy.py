@@ -195,9 +195,20 @@ def read_progress(path: Path) -> list[dict[str, Any]]:
 TRANSPORT_ERRORS = ("Server disconnected", "Can not write request body", "Connection reset")
 
 
-class TransportError(BenchmarkError):
+class RetryableError(BenchmarkError):
+    """A measurement spoiled by something passing, not by the engine: worth another attempt
+    (``benchy.transport_retries``), each discarded one listed in the provenance."""
+
+
+class TransportError(RetryableError):
     """Requests failed at the connection level (the server closed a kept-alive connection
-    the client reused), not with an engine error: worth one more attempt."""
+    the client reused), not with an engine error."""
+
+
+class BurstError(RetryableError):
+    """A request's answer was read in one burst, so llama-benchy has no decode time for it:
+    every chunk arrived at once because the client was not scheduled while the engine
+    generated (a loaded machine), though no request failed."""
 
 
 def check_result(
@@ -216,14 +227,16 @@ def check_result(
         raise BenchmarkError(f"{what}: llama-benchy reported {len(entries)} results for depth {depth}")
     entry = entries[0]
     expected = settings.runs * settings.concurrency
+    ends = [e for e in progress if e.get("type") == "request_end" and not e.get("is_context_prefill_phase")]
+    errors = [e["error"] for e in ends if e.get("error")]
+    # every request ended without an error, yet a value is missing: an answer read in one burst
+    unmeasured = BurstError if not errors and len(ends) >= expected else BenchmarkError
     for metric in REQUIRED_METRICS:
         if not isinstance(entry.get(metric), dict) or entry[metric].get("mean") is None:
-            raise BenchmarkError(
+            raise unmeasured(
                 f"{what}: llama-benchy could not measure {metric} (null)",
                 hint="rerun the cell; a loaded machine can leave it unmeasured",
             )
-    ends = [e for e in progress if e.get("type") == "request_end" and not e.get("is_context_prefill_phase")]
-    errors = [e["error"] for e in ends if e.get("error")]
     if errors:
         kind = (
             TransportError
@@ -237,10 +250,17 @@ def check_result(
     for metric in PER_REQUEST_METRICS:
         values = (entry.get(metric) or {}).get("values") or []
         if len(values) != expected:
-            raise BenchmarkError(
+            counted = (
                 f"{what}: {metric} has {len(values)} values, expected {expected} "
-                f"(runs {settings.runs} x concurrency {settings.concurrency}): requests failed",
-                hint="read the cell log for the failed requests' errors",
+                f"(runs {settings.runs} x concurrency {settings.concurrency})"
+            )
+            if unmeasured is BurstError:
+                raise BurstError(
+                    f"{counted}: an answer was read in one burst, with no decode time to measure",
+                    hint="rerun the cell; a loaded machine can leave it unmeasured",
+                )
+            raise BenchmarkError(
+                f"{counted}: requests failed", hint="read the cell log for the failed requests' errors"
             )
     measured = [e for e in ends if e.get("total_tokens") is not None]
     if settings.exact_tg:
