@@ -40,13 +40,13 @@ from pathlib import Path
 import numpy as np
 
 from gridbench.assets.gguf_model import (
-    _LAYER_UPDATE_SCALE,
-    _WEIGHT_STD,
-    _random_matrix,
-    _shared_weights,
+    LAYER_UPDATE_SCALE,
+    WEIGHT_STD,
+    random_matrix,
+    shared_weights,
     vocab,
 )
-from gridbench.assets.hf_model import LlamaShape, _tokenizer_files, llama_config
+from gridbench.assets.hf_model import LlamaShape, llama_config, tokenizer_files
 from gridbench.assets.safetensors_stream import StreamedTensor, write_safetensors
 from gridbench.files import atomic_write_text
 
@@ -98,7 +98,7 @@ def _shared(hidden: int) -> tuple[np.ndarray, np.ndarray]:
     near -100 rather than -10), so not even sampling at temperature 1 ever emits one."""
     tokens, _scores, _types, first_word, paris_id = vocab()
     n_vocab, _mask = vocab_layout()
-    embedding, output = _shared_weights(n_vocab, hidden, first_word, paris_id)
+    embedding, output = shared_weights(n_vocab, hidden, first_word, paris_id)
     output[len(tokens) :, 0] = 10.0 * output[0, 0]  # id 0 (<unk>) is a forbidden token
     return embedding, output
 
@@ -108,7 +108,7 @@ def _ones(size: int) -> Callable[[], np.ndarray]:
 
 
 def _matrix(seed: tuple[int, ...], shape: tuple[int, int], std: float) -> Callable[[], np.ndarray]:
-    make = _random_matrix(seed, shape, std)
+    make = random_matrix(seed, shape, std)
     return lambda: make(np.float32)
 
 
@@ -119,15 +119,15 @@ def _decoder_layer(
     Layers write small updates into the residual stream (gguf_model's scaling), so the
     current token's embedding decides the next token and the constant channel 0 survives."""
     h, q_dim, kv_dim = shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
-    attn_out_std = _LAYER_UPDATE_SCALE / np.sqrt(h * q_dim * n_layers)
-    ffn_down_std = _LAYER_UPDATE_SCALE / np.sqrt(h * shape.ffn * n_layers)
+    attn_out_std = LAYER_UPDATE_SCALE / np.sqrt(h * q_dim * n_layers)
+    ffn_down_std = LAYER_UPDATE_SCALE / np.sqrt(h * shape.ffn * n_layers)
     matrices = [
-        ("self_attn.q_proj", (q_dim, h), _WEIGHT_STD),
-        ("self_attn.k_proj", (kv_dim, h), _WEIGHT_STD),
-        ("self_attn.v_proj", (kv_dim, h), _WEIGHT_STD),
+        ("self_attn.q_proj", (q_dim, h), WEIGHT_STD),
+        ("self_attn.k_proj", (kv_dim, h), WEIGHT_STD),
+        ("self_attn.v_proj", (kv_dim, h), WEIGHT_STD),
         ("self_attn.o_proj", (h, q_dim), attn_out_std),
-        ("mlp.gate_proj", (shape.ffn, h), _WEIGHT_STD),
-        ("mlp.up_proj", (shape.ffn, h), _WEIGHT_STD),
+        ("mlp.gate_proj", (shape.ffn, h), WEIGHT_STD),
+        ("mlp.up_proj", (shape.ffn, h), WEIGHT_STD),
         ("mlp.down_proj", (h, shape.ffn), ffn_down_std),
     ]
     tensors = [
@@ -169,7 +169,7 @@ def dflash_tensors(
     n_taps = len(target_layer_ids(target_shape.layers, draft_layers))
     fc_shape = (h, h * n_taps)
     tensors = [
-        StreamedTensor("fc.weight", fc_shape, _matrix((seed, 1, 0), fc_shape, _WEIGHT_STD)),
+        StreamedTensor("fc.weight", fc_shape, _matrix((seed, 1, 0), fc_shape, WEIGHT_STD)),
         StreamedTensor("hidden_norm.weight", (h,), _ones(h)),
     ]
     for layer in range(draft_layers):
@@ -193,7 +193,7 @@ def qwen3_config(shape: LlamaShape) -> dict:
         "sliding_window": None,
         "max_window_layers": shape.layers,
         "torch_dtype": "bfloat16",
-        "initializer_range": _WEIGHT_STD,
+        "initializer_range": WEIGHT_STD,
     }
     config.pop("mlp_bias")  # a Llama field
     return config
@@ -225,7 +225,7 @@ def write_qwen3_target(
     """The target as vLLM loads it: BF16 weights, config.json, tokenizer and chat template."""
     write_safetensors(outdir / CHECKPOINT, qwen3_tensors(shape, seed), threads=threads)
     atomic_write_text(outdir / "config.json", json.dumps(qwen3_config(shape), indent=2))
-    for name, text in _tokenizer_files(shape.max_positions).items():
+    for name, text in tokenizer_files(shape.max_positions).items():
         atomic_write_text(outdir / name, text)
     return outdir
 

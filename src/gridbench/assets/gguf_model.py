@@ -39,13 +39,13 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-_WEIGHT_STD = 0.02
+WEIGHT_STD = 0.02
 # llama.cpp's defaults, written out so that an HF config of the same weights can say the same
 ROPE_THETA = 10000.0
 RMS_NORM_EPS = 1e-5
 # Layers write updates this much smaller than the token embeddings' own signal, so the
 # current token dominates the next-token logits (see the module docstring).
-_LAYER_UPDATE_SCALE = 0.05
+LAYER_UPDATE_SCALE = 0.05
 # Layer weights take one of 256 evenly spaced levels of unit variance: one random byte per
 # weight and a table look-up, about ten times faster than normal draws, which is what
 # makes a multi-billion-parameter model a matter of seconds.
@@ -125,14 +125,14 @@ def vocab() -> tuple[list[str], list[float], list[int], int, int]:
     return tokens, scores, types, first_word, paris_id
 
 
-def _shared_weights(n_vocab: int, n_embd: int, first_word: int, paris_id: int):
+def shared_weights(n_vocab: int, n_embd: int, first_word: int, paris_id: int):
     """Embedding and output matrices: drawn from seed 0 whatever the layer shape, so a
     draft and its target agree on them."""
     rng = np.random.default_rng(0)
-    embedding = (rng.standard_normal((n_vocab, n_embd)) * _WEIGHT_STD).astype(np.float32)
+    embedding = (rng.standard_normal((n_vocab, n_embd)) * WEIGHT_STD).astype(np.float32)
     embedding[:, 0] = 1.0
-    normed_channel0 = 1.0 / np.sqrt((1.0 + (n_embd - 1) * _WEIGHT_STD**2) / n_embd)
-    output_std = 1.2 / (_WEIGHT_STD * normed_channel0 * np.sqrt(n_embd - 1))
+    normed_channel0 = 1.0 / np.sqrt((1.0 + (n_embd - 1) * WEIGHT_STD**2) / n_embd)
+    output_std = 1.2 / (WEIGHT_STD * normed_channel0 * np.sqrt(n_embd - 1))
     output = (rng.standard_normal((n_vocab, n_embd)) * output_std).astype(np.float32)
     allowed = np.zeros(n_vocab, dtype=bool)
     allowed[first_word:] = True
@@ -155,7 +155,7 @@ class GGUFTensor:
     matrix: bool = True  # matrices take the file type; norm vectors stay F32, as llama.cpp does
 
 
-def _random_matrix(seed: tuple[int, ...], shape: tuple[int, int], std: float) -> Maker:
+def random_matrix(seed: tuple[int, ...], shape: tuple[int, int], std: float) -> Maker:
     """Weights drawn from ``_UNIT_LEVELS`` scaled to ``std``, from their own seed, so any
     tensor can be made on any thread in any order and still come out the same."""
 
@@ -176,22 +176,22 @@ def random_llama_tensors(shape: ModelShape, layer_seed: int) -> list[GGUFTensor]
     n_vocab = len(tokens)
     n_embd, n_ff, n_layer = shape.n_embd, shape.n_ff, shape.n_layer
     n_kv = shape.kv_heads * shape.head_dim
-    embedding, output = _shared_weights(n_vocab, n_embd, first_word, paris_id)
+    embedding, output = shared_weights(n_vocab, n_embd, first_word, paris_id)
     ones = np.ones(n_embd, dtype=np.float32)
     # Layers write updates this much smaller than the token embeddings' own signal
     # (see the module docstring), shrinking with depth so the sum over layers stays small.
-    attn_out_std = _LAYER_UPDATE_SCALE / np.sqrt(n_embd * n_embd * n_layer)
-    ffn_down_std = _LAYER_UPDATE_SCALE / np.sqrt(n_embd * n_ff * n_layer)
+    attn_out_std = LAYER_UPDATE_SCALE / np.sqrt(n_embd * n_embd * n_layer)
+    ffn_down_std = LAYER_UPDATE_SCALE / np.sqrt(n_embd * n_ff * n_layer)
     tensors = [GGUFTensor("token_embd.weight", embedding.shape, _constant(embedding))]
     for layer in range(n_layer):
         prefix = f"blk.{layer}."
         matrices = [
-            ("attn_q", (n_embd, n_embd), _WEIGHT_STD),
-            ("attn_k", (n_kv, n_embd), _WEIGHT_STD),
-            ("attn_v", (n_kv, n_embd), _WEIGHT_STD),
+            ("attn_q", (n_embd, n_embd), WEIGHT_STD),
+            ("attn_k", (n_kv, n_embd), WEIGHT_STD),
+            ("attn_v", (n_kv, n_embd), WEIGHT_STD),
             ("attn_output", (n_embd, n_embd), attn_out_std),
-            ("ffn_gate", (n_ff, n_embd), _WEIGHT_STD),
-            ("ffn_up", (n_ff, n_embd), _WEIGHT_STD),
+            ("ffn_gate", (n_ff, n_embd), WEIGHT_STD),
+            ("ffn_up", (n_ff, n_embd), WEIGHT_STD),
             ("ffn_down", (n_embd, n_ff), ffn_down_std),
         ]
         tensors.append(GGUFTensor(prefix + "attn_norm.weight", ones.shape, _constant(ones), matrix=False))
@@ -202,7 +202,7 @@ def random_llama_tensors(shape: ModelShape, layer_seed: int) -> list[GGUFTensor]
                 )
             seed = (layer_seed, layer, index)
             tensors.append(
-                GGUFTensor(prefix + name + ".weight", matrix_shape, _random_matrix(seed, matrix_shape, std))
+                GGUFTensor(prefix + name + ".weight", matrix_shape, random_matrix(seed, matrix_shape, std))
             )
     tensors.append(GGUFTensor("output_norm.weight", ones.shape, _constant(ones), matrix=False))
     tensors.append(GGUFTensor("output.weight", output.shape, _constant(output)))

@@ -137,7 +137,7 @@ def llama_config(shape: LlamaShape) -> dict:
     }
 
 
-def _tokenizer_files(max_positions: int) -> dict[str, str]:
+def tokenizer_files(max_positions: int) -> dict[str, str]:
     ids, _allowed = _token_ids()
     specials = {"bos_token": BOS, "eos_token": IM_END, "unk_token": UNK, "pad_token": EOS_TEXT}
     tokenizer_config = {
@@ -164,7 +164,7 @@ def write_hf_llama(outdir: Path, shape: LlamaShape, seed: int) -> Path:
     weights = llama_weights(shape, seed)
     atomic_write_bytes(outdir / "model.safetensors", save_safetensors(weights, metadata={"format": "pt"}))
     atomic_write_text(outdir / "config.json", json.dumps(llama_config(shape), indent=2))
-    for name, text in _tokenizer_files(shape.max_positions).items():
+    for name, text in tokenizer_files(shape.max_positions).items():
         atomic_write_text(outdir / name, text)
     return outdir
 

@@ -25,7 +25,7 @@ from gridbench.assets.gguf_model import (
     random_llama_tensors,
     write_llama_gguf,
 )
-from gridbench.assets.hf_model import LlamaShape, _tokenizer_files, llama_config
+from gridbench.assets.hf_model import LlamaShape, llama_config, tokenizer_files
 from gridbench.assets.safetensors_stream import StreamedTensor, read_safetensors, write_safetensors
 from gridbench.errors import GridbenchError
 from gridbench.files import atomic_write_text
@@ -118,7 +118,7 @@ def write_hf_llama(outdir: Path, shape: ModelShape, layer_seed: int = 1, threads
     tensors = [hf_tensor(t) for t in random_llama_tensors(shape, layer_seed)]
     write_safetensors(outdir / CHECKPOINT_FILE, tensors, threads=threads)
     atomic_write_text(outdir / "config.json", json.dumps(hf_config(shape), indent=2))
-    for name, text in _tokenizer_files(shape.n_ctx).items():
+    for name, text in tokenizer_files(shape.n_ctx).items():
         atomic_write_text(outdir / name, text)
     return outdir
 
