@@ -121,8 +121,13 @@ llama_cpp() {
     local src
     src=$(compgen -G "$carry/llama.cpp-src-*.tar.gz" | head -1)
     if [ -x "$llamacpp/bin/llama-server" ] && [ -f "$llamacpp/bin/.carried" ]; then
-        # a carried build, or this machine's own from an earlier run: used as it is
-        "$llamacpp/bin/llama-server" --version && return 0
+        # a carried build, or this machine's own from an earlier run: used if it sees the GPU
+        # (--list-devices initialises CUDA, so a missing library or a kernel image the
+        # driver rejects shows here rather than in every llama.cpp cell)
+        local devices
+        devices=$("$llamacpp/bin/llama-server" --list-devices 2>&1) || true
+        echo "$devices"
+        [[ $devices == *CUDA0* ]] && return 0
         echo "the llama.cpp build in $llamacpp/bin does not run here: building it from the sources"
         rm -rf "$llamacpp/bin"
     fi
