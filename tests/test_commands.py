@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 
 from conftest import REPO, gridbench
@@ -88,6 +89,8 @@ def test_llamacpp_draft_model_flags():
         "1",
         "--metrics",
         "--no-cache-prompt",
+        "--cache-ram",
+        "0",
         "--spec-type",
         "draft-simple",
         "-md",
@@ -224,3 +227,15 @@ def test_llamacpp_ngram_types_take_their_own_draft_length_flag():
         "--spec-draft-n-max",
         "8",
     ]
+
+
+def test_llamacpp_prefix_caching_off_also_turns_off_the_host_prompt_cache():
+    """--no-cache-prompt alone leaves llama-server saving idle slots to its RAM cache."""
+    grid = load_config_files([REPO / "config/demo.yaml"])
+    cfg = grid.configs["D_f16_n0"]
+    assert not cfg.serving.prefix_caching
+    argv = list(launch_plan(cfg, 9000).argv)
+    assert argv[argv.index("--cache-ram") + 1] == "0"
+    cached = dataclasses.replace(cfg, serving=dataclasses.replace(cfg.serving, prefix_caching=True))
+    argv = list(launch_plan(cached, 9000).argv)
+    assert "--cache-ram" not in argv and "--no-cache-prompt" not in argv

@@ -98,7 +98,10 @@ def llamacpp_serve_args(cfg: ServingConfig, host: str, port: int) -> list[str]:
         "--metrics",
     ]
     if not serving.prefix_caching:
-        args.append("--no-cache-prompt")
+        # --cache-ram 0 too: llama-server's host prompt cache (8 GiB by default) otherwise saves
+        # every idle slot's KV on each new request, 135-445 ms of TTFT per wave on an H200
+        # (studies/h200-vllm), for prompts that --no-cache-prompt never lets it reuse
+        args += ["--no-cache-prompt", "--cache-ram", "0"]
     if spec.enabled:
         args += ["--spec-type", spec.method]
         if spec.draft_model:

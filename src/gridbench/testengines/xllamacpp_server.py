@@ -53,6 +53,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
     parser.add_argument("--metrics", action="store_true")
     parser.add_argument("--no-cache-prompt", action="store_true")
+    parser.add_argument("-cram", "--cache-ram", type=int, default=None)
     parser.add_argument("-md", "--model-draft")
     parser.add_argument("--spec-type", choices=sorted(SPEC_TYPES), default=None)
     parser.add_argument("--spec-draft-n-max", type=int, default=None)
@@ -76,6 +77,8 @@ def build_params(args: argparse.Namespace) -> xlc.CommonParams:
     params.n_gpu_layers = args.n_gpu_layers
     params.endpoint_metrics = args.metrics
     params.cache_prompt = not args.no_cache_prompt
+    if args.cache_ram is not None:
+        params.cache_ram_mib = args.cache_ram
     if args.alias:
         params.model_alias = set(args.alias)
     api_key = args.api_key or os.environ.get("LLAMA_API_KEY")  # llama-server reads it there too
