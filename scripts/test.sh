@@ -61,6 +61,13 @@ expect_jobs bench_cell 8 --configfile config/ci-vllm.yaml
 step "tests"
 python -m pytest -q -m "not slurm" --durations=15 tests
 
+step "unit tests once more, in a random order (a guard against tests that depend on order)"
+# a fresh seed each run, printed: --random-order-seed=N replays a failing order
+seed=$RANDOM
+echo "random order seed $seed"
+python -m pytest -q -p no:cacheprovider --random-order-bucket=global --random-order-seed="$seed" \
+    -m "not integration and not docker and not workflow and not vllm and not slurm" tests
+
 step "the demo sweep, end to end"
 # from nothing, as on a fresh clone: assets are generated, then one engine start per config
 rm -rf results dataset logs/cells logs/engines resources/models/demo resources/corpus
