@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -348,3 +349,61 @@ def test_an_interrupt_stops_every_engine_and_the_rerun_redoes_the_cell(
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     ran = sorted(int(job["depth"]) for job in jobs_of_last_run(workdir, "bench_cell"))
     assert ran == missing and 256 in ran
+
+
+@pytest.fixture
+def small_results_disk(workdir):
+    """results/ on a 16 MiB tmpfs of its own, so that a test can fill it."""
+    results = workdir / "results"
+    results.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(results)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"mounting a tmpfs needs root: {mounted.stderr.decode().strip()}")
+    yield results
+    subprocess.run(["umount", "--lazy", str(results)], check=True)
+
+
+def fill(disk: Path) -> Path:
+    """Write a file until the filesystem refuses another byte."""
+    filler = disk / "filler"
+    with filler.open("wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * (1 << 16))
+                f.flush()
+        except OSError as err:
+            assert err.errno == errno.ENOSPC
+    return filler
+
+
+def test_a_disk_full_mid_cell_keeps_nothing_partial_and_the_rerun_finishes_the_rest(
+    workdir, demo_config, small_results_disk
+):
+    demo_config["configs"] = {"D_f16_n0": demo_config["configs"]["D_f16_n0"]}
+    demo_config["depths"] = [0, 256]
+    demo_config.pop("natural")
+    write_config(workdir / "grid.yaml", demo_config)
+    first = snakemake(workdir, "results/raw/D_f16_n0/depth_0.json", "--configfile", "grid.yaml")
+    assert first.returncode == 0, first.stdout + first.stderr
+    kept_before = {p for p in small_results_disk.rglob("*") if p.is_file()}
+
+    proc = snakemake(workdir, "--configfile", "grid.yaml", background=True)
+    cell_log = workdir / "logs/cells/D_f16_n0/depth_256.log"
+    wait_for_measuring(proc, cell_log)
+    filler = fill(small_results_disk)  # while llama-benchy measures
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode != 0, output
+    log = cell_log.read_text()
+    assert "D_f16_n0 depth 256" in log and ("no space left on device" in log or "KiB left" in log), log
+    assert "df -h results" in log and "only the missing cells run" in log  # what to do next
+    left = {p for p in small_results_disk.rglob("*") if p.is_file()} - kept_before - {filler}
+    assert not left, f"partial files on the full disk: {sorted(map(str, left))}"
+
+    filler.unlink()
+    rerun = snakemake(workdir, "--configfile", "grid.yaml")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert jobs_of_last_run(workdir, "bench_cell") == [{"config": "D_f16_n0", "depth": "256"}]
+    frame = pd.read_csv(workdir / "dataset/dataset.csv")
+    assert list(frame["status"]) == ["ok", "ok"]

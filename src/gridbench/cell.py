@@ -7,6 +7,7 @@ failure record under ``results/failures/`` instead; a later success removes the 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -26,7 +27,7 @@ import gridbench
 from gridbench import provenance
 from gridbench.engines import probe
 from gridbench.engines.manager import EngineLease, SlotManager, now_iso
-from gridbench.errors import BenchmarkError, EngineDiedError, EngineError, GridbenchError
+from gridbench.errors import BenchmarkError, DiskFullError, EngineDiedError, EngineError, GridbenchError
 from gridbench.files import atomic_write_bytes, atomic_write_json, atomic_write_text
 from gridbench.grid import BenchySettings, Grid, ServingConfig
 from gridbench.harness import benchy
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 
 FAILURE_DIR = Path("results/failures")
 TMP_DIR = Path("results/.tmp")
+# below this, a failed cell is blamed on the disk: a load generator's result is larger
+_NEARLY_FULL_BYTES = 1 << 20
 
 
 CONTEXT_DIR = Path(".gridbench/contexts")
@@ -191,19 +194,49 @@ def run_cell(
             atomic_write_json(outputs["provenance"], record)
         spec.failure_path().unlink(missing_ok=True)
         return 0
-    except (GridbenchError, _Interrupted, Exception) as err:
+    except (GridbenchError, _Interrupted, Exception) as caught:
         for path in outputs.values():
             path.unlink(missing_ok=True)  # nothing partial may pass as a result
+        err = _disk_full(spec, caught) or caught
         if engine is not None and (
             isinstance(err, EngineError | _Interrupted) or not manager.is_alive(engine)
         ):
             with contextlib.suppress(Exception):
                 manager.discard(engine)  # the next cell starts a fresh engine
         _write_failure(spec, err, started_at)
-        _keep_scratch(spec, scratch)
+        if not isinstance(err, DiskFullError):  # copies would be truncated, and fill it further
+            _keep_scratch(spec, scratch)
         return 130 if isinstance(err, _Interrupted) else getattr(err, "exit_code", 1)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _disk_full(spec: CellSpec, err: BaseException) -> DiskFullError | None:
+    """The error, said plainly, when a full disk is its cause: an OSError anywhere in its
+    chain, or (a load generator's own write failing) a results filesystem left all but full."""
+    hint = (
+        f"free space on the filesystem that holds {FAILURE_DIR.parent}/ (df -h {FAILURE_DIR.parent}) "
+        "and run the same command again: only the missing cells run"
+    )
+    cause: BaseException | None = err
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
+            where = f" writing {cause.filename}" if cause.filename else ""
+            return DiskFullError(
+                f"{spec.what}: no space left on device{where}; nothing of the cell was kept", hint=hint
+            )
+        cause = cause.__cause__ or cause.__context__
+    try:
+        free = shutil.disk_usage(TMP_DIR).free
+    except OSError:
+        return None
+    if free >= _NEARLY_FULL_BYTES:
+        return None
+    return DiskFullError(
+        f"{spec.what}: failed with {free // 1024} KiB left on the filesystem of {FAILURE_DIR.parent}/ "
+        f"({err}); nothing of the cell was kept",
+        hint=hint,
+    )
 
 
 def _engine_died(spec: CellSpec, manager: SlotManager, engine: EngineLease) -> EngineDiedError:
@@ -219,7 +252,11 @@ def _keep_scratch(spec: CellSpec, scratch: Path) -> None:
     kept = spec.failure_path().with_suffix("")
     shutil.rmtree(kept, ignore_errors=True)
     if any(scratch.iterdir()):
-        shutil.copytree(scratch, kept)
+        try:
+            shutil.copytree(scratch, kept)
+        except OSError as err:  # a full disk: no half copy either
+            shutil.rmtree(kept, ignore_errors=True)
+            log.info(f"  the load generator's files were not kept in {kept}: {err}")
 
 
 def _write_failure(spec: CellSpec, err: BaseException, started_at: str) -> None:
@@ -248,7 +285,10 @@ def _write_failure(spec: CellSpec, err: BaseException, started_at: str) -> None:
     }
     if not isinstance(err, GridbenchError | _Interrupted):
         record["traceback"] = provenance.scrub(traceback.format_exc())
-    atomic_write_json(spec.failure_path(), record)
+    try:
+        atomic_write_json(spec.failure_path(), record)
+    except OSError as err:  # e.g. the full disk that failed the cell: its log still says why
+        log.info(f"  the failure record {spec.failure_path()} could not be written: {err}")
     log.info(f"FAILED {provenance.scrub(reason)}")
     if record["hint"]:
         log.info(f"  what to do: {record['hint']}")

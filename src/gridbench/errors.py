@@ -67,5 +67,9 @@ class BenchmarkError(GridbenchError):
     """The load generator failed, hung, or produced a result that does not count."""
 
 
+class DiskFullError(GridbenchError):
+    """A result could not be written: the filesystem that holds it is full."""
+
+
 class ResultFileError(GridbenchError):
     """A raw result file is malformed or foreign."""
