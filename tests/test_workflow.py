@@ -407,3 +407,24 @@ def test_a_disk_full_mid_cell_keeps_nothing_partial_and_the_rerun_finishes_the_r
     assert jobs_of_last_run(workdir, "bench_cell") == [{"config": "D_f16_n0", "depth": "256"}]
     frame = pd.read_csv(workdir / "dataset/dataset.csv")
     assert list(frame["status"]) == ["ok", "ok"]
+
+
+def test_a_second_sweep_in_the_same_directory_is_refused_and_kills_nothing(workdir, demo_config):
+    demo_config["configs"] = {"D_f16_n0": demo_config["configs"]["D_f16_n0"]}
+    demo_config["depths"] = [0, 256]
+    demo_config.pop("natural")
+    write_config(workdir / "grid.yaml", demo_config)
+    proc = snakemake(workdir, "--configfile", "grid.yaml", background=True)
+    wait_for_measuring(proc, workdir / "logs/cells/D_f16_n0/depth_0.log")
+    os.killpg(proc.pid, signal.SIGSTOP)  # held mid-cell, so that it cannot finish first
+    try:
+        second = snakemake(workdir, "--configfile", "grid.yaml")
+    finally:
+        os.killpg(proc.pid, signal.SIGCONT)
+    assert second.returncode != 0
+    assert "cannot be locked" in second.stdout + second.stderr  # Snakemake's own, clear message
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, output
+    # had the refused sweep stopped the first one's engine, a cell would have failed or
+    # started it again; the one stop is the first sweep's own, at its end
+    assert [e["event"] for e in events(workdir) if e["event"] in ("start", "stop")] == ["start", "stop"]
