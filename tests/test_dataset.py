@@ -63,6 +63,10 @@ def test_measured_rows_carry_units_provenance_and_acceptance(seed002_files, tmp_
     frame = build(plan, tmp_path).set_index(["config", "context_tokens"])
     row = frame.loc[("Q_nvfp4_dfl8", 8192)]
     assert row["decode_tps"] == 21.0 and row["decode_tps_std"] == pytest.approx(0.63)
+    raw = json.loads(Path(row["raw_path"]).read_text())
+    per_request = next(b for b in raw["benchmarks"] if b["context_size"] == 8192)["tg_req_throughput"]
+    assert row["decode_req_tps"] == per_request["mean"] and row["decode_req_tps_std"] == per_request["std"]
+    assert row["prefill_req_tps"] > 0 and row["peak_req_tps"] > 0
     assert row["runs"] == 2 and row["prompt_tokens"] == 512 and row["gen_tokens"] == 256
     assert row["engine_version"] == "0.23.0+aeon.sm121a.dflash"
     assert row["image_digest"].startswith("ghcr.io/aeon-7/aeon-vllm-ultimate@sha256:")

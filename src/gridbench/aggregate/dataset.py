@@ -30,6 +30,10 @@ METRICS = {
     "pp_throughput": "prefill_tps",
     "tg_throughput": "decode_tps",
     "peak_throughput": "peak_tps",
+    # per request: below the totals when concurrency > 1 (a request shares the engine)
+    "pp_req_throughput": "prefill_req_tps",
+    "tg_req_throughput": "decode_req_tps",
+    "peak_req_throughput": "peak_req_tps",
     "e2e_ttft": "ttft_ms",
     "ttfr": "ttfr_ms",
     "est_ppt": "est_ppt_ms",
@@ -108,7 +112,7 @@ FLOAT_COLUMNS = [
     "bench_wall_s",
 ]
 BOOLEAN_COLUMNS = ["engine_reused", "prefix_cache_reset"]
-DATASET_VERSION = 2
+DATASET_VERSION = 3
 NOT_RUN = "no result: the cell did not run (or its result files were removed)"
 
 
