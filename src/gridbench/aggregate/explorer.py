@@ -12,6 +12,7 @@ turns those into HTML; both are pure. ``write_explorer`` adds plotly's bundle an
 from __future__ import annotations
 
 import html
+import itertools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ COLORS = (
     *("#bcbd22", "#17becf", "#393b79", "#ad494a", "#8ca252", "#bd9e39", "#a55194", "#6b6ecf"),
     *("#e7969c", "#637939", "#843c39", "#7b4173"),
 )
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "triangle-down", "x", "star", "cross")
 # The facets a reader filters by: (trace meta key, heading)
 FACETS = (("engine", "engine"), ("checkpoint", "checkpoint (quantization)"), ("speculation", "speculation"))
 
@@ -271,7 +273,15 @@ class Styler:
     def __init__(self, configs: Sequence[ConfigFacets]):
         self.colors = {f.config: COLORS[i % len(COLORS)] for i, f in enumerate(configs)}
 
-    def trace(self, facets: ConfigFacets, x, y, hover: Sequence[str], name: str | None = None) -> go.Scatter:
+    def trace(
+        self,
+        facets: ConfigFacets,
+        x,
+        y,
+        hover: Sequence[str],
+        name: str | None = None,
+        symbol: str = "circle",
+    ) -> go.Scatter:
         return go.Scatter(
             x=list(x),
             y=list(y),
@@ -279,6 +289,7 @@ class Styler:
             legendgroup=facets.config,
             mode="lines+markers",
             line={"color": self.colors[facets.config], "dash": "dash" if facets.speculative else "solid"},
+            marker={"symbol": symbol, "size": 7},
             hovertext=list(hover),
             hovertemplate="%{hovertext}<extra></extra>",
             meta={key: value for key, (value, _) in facets.choices().items()},
@@ -297,6 +308,7 @@ def _figure(title: str, xaxis: Mapping[str, Any], yaxis: Mapping[str, Any], empt
         hoverlabel={"align": "left", "font": {"family": "monospace", "size": 11}},
         template="none",  # a named template is 7 kB of JSON in every figure
         plot_bgcolor="white",
+        showlegend=True,  # also for a single trace, which names its config
     )
     fig.add_annotation(
         text=f"no data: {empty_reason}",
@@ -428,7 +440,8 @@ def natural_figure(
     )
     classes = list(dict.fromkeys(c.prompt_class for c in data.natural))
     for facets in data.configs:
-        for prompt_class in classes:
+        # a config's prompt classes share its colour; the marker tells them apart
+        for prompt_class, symbol in zip(classes, itertools.cycle(SYMBOLS)):
             mine = [c for c in data.natural if c.facets == facets and c.prompt_class == prompt_class]
             cells = sorted((c for c in mine if metric(c) is not None), key=lambda c: c.concurrency)
             if cells:
@@ -440,6 +453,7 @@ def natural_figure(
                         [metric(c) for c in cells],
                         [_natural_hover(c) for c in cells],
                         name=name,
+                        symbol=symbol,
                     )
                 )
     return _finish(fig)
@@ -488,6 +502,7 @@ def figures(data: ExplorerData) -> dict[str, go.Figure]:
 # Hides every trace whose config has an unchecked engine, checkpoint or speculation.
 FILTER_SCRIPT = """
 const facets = FACET_KEYS;
+const traceCount = TRACE_COUNT;
 function applyFilters() {
   const allowed = {};
   for (const facet of facets) {
@@ -501,7 +516,7 @@ function applyFilters() {
     shown += visible.filter(Boolean).length;
     Plotly.restyle(plot, {visible: visible});
   }
-  document.getElementById("shown").textContent = `${shown} of ${TRACE_COUNT} traces shown`;
+  document.getElementById("shown").textContent = `${shown} of ${traceCount} traces shown`;
 }
 for (const box of document.querySelectorAll("input[data-facet]")) {
   box.addEventListener("change", applyFilters);
