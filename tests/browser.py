@@ -44,6 +44,7 @@ class Chromium:
                 "--headless",
                 "--no-sandbox",  # tests run as root
                 "--disable-gpu",
+                "--disable-dev-shm-usage",  # a container's /dev/shm is often too small for it
                 "--no-first-run",
                 "--remote-debugging-port=0",
                 f"--user-data-dir={self._profile.name}",
