@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Install everything the tests need on a fresh Debian machine, then run them all:
 # lint, format, dry-runs of the seed grids, unit and integration tests against real
-# engines (processes and containers), and the demo sweep end to end.
+# engines (processes and containers), the explorer and the Snakemake report in headless
+# Chromium, and the demo sweep end to end.
 # Slow artefacts (the Docker images) are built only when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
 
-step "system packages: docker.io, debootstrap"
-if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
+step "system packages: docker.io, debootstrap, chromium"
+if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null || ! command -v chromium >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends docker.io debootstrap >/dev/null
+    # chromium: tests/test_explorer.py and the report test load the pages in it, headless;
+    # fonts-liberation (only recommended) gives its screenshots legible text
+    apt-get install -y -qq --no-install-recommends docker.io debootstrap chromium fonts-liberation >/dev/null
 fi
 if ! docker info >/dev/null 2>&1; then
     mkdir -p logs

@@ -234,6 +234,7 @@ def test_cli_finalize_marks_a_partial_run(seed002_files, tmp_path):
     assert sorted(p.name for p in (tmp_path / "graphs").iterdir()) == sorted(
         f"{name}.png" for name in layout.DEPTH_GRAPHS
     )
+    assert "Q_nvfp4_dfl8: " in (tmp_path / layout.EXPLORER).read_text()
     document = json.loads((tmp_path / "dataset/dataset.json").read_text())
     assert document["Q_nvfp4_dfl8"]["partial"] is True
     assert not any(

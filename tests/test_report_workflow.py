@@ -5,12 +5,14 @@ engine needed) and after a real cell on the CPU engine."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import write_config
+from browser import CHROMIUM, Chromium
+from conftest import REPO, write_config
 from gridbench import layout
 from gridbench.aggregate import synthetic
 from gridbench.cell import _write_failure, cell_spec
@@ -21,7 +23,7 @@ from test_workflow import jobs_of_last_run, snakemake
 
 pytestmark = pytest.mark.workflow
 
-AGGREGATION_RULES = {"build_dataset", "plot_depth_graphs", "render_report"}
+AGGREGATION_RULES = {"build_dataset", "plot_depth_graphs", "render_report", "render_explorer"}
 NATURAL_RULES = {"build_natural_dataset", "plot_natural_graphs"}
 
 
@@ -101,10 +103,27 @@ def test_aggregation_rules_and_snakemake_report_on_written_cells(workdir, demo_c
     assert "![natural_tpot_vs_concurrency](../graphs/natural_tpot_vs_concurrency.png)" in report
     assert "| `D_f16_n0` | code | 1 | 30.0 | 300 | 20.0 | c=4: TTFT p50 1200 ms, TPOT p50 20.0 ms |" in report
 
+    assert "prompt class: prose, concurrency 4" in (workdir / layout.EXPLORER).read_text()
+
     html = build_report(workdir, "grid.yaml")
-    for name in ("comparison.md", "dataset.csv", "natural.csv", *layout.DEPTH_GRAPHS, *layout.NATURAL_GRAPHS):
+    for name in (
+        "comparison.md",
+        "explorer.html",
+        "dataset.csv",
+        "natural.csv",
+        *layout.DEPTH_GRAPHS,
+        *layout.NATURAL_GRAPHS,
+    ):
         assert name in html, name
     assert "the standard deviation over the runs" in html  # a caption made it in
+    if CHROMIUM is None:  # scripts/test.sh installs it, so CI always loads the report
+        warnings.warn("no chromium on PATH: report.html was not loaded in a browser", stacklevel=1)
+        return
+    with Chromium() as browser:  # the report's own scripts must run clean, offline
+        browser.load(workdir / "report.html")
+        assert browser.errors() == []
+        assert browser.evaluate("document.body.innerText.includes('comparison.md')")
+        browser.screenshot(REPO / "logs/browser/snakemake-report.png")
 
 
 @pytest.mark.integration

@@ -205,12 +205,25 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_explorer(args: argparse.Namespace) -> int:
+    from gridbench.aggregate.explorer import write_explorer
+
+    # a study copied back without its grid file still gets an explorer: baselines are then inferred
+    study = _grid_from_json(args.grid).study if args.grid else {}
+    natural = _read_frame(args.natural) if args.natural else None
+    data = write_explorer(args.out, _read_frame(args.dataset), natural, study)
+    cells = len(data.depth) + len(data.natural)
+    print(f"wrote {args.out} ({len(data.configs)} configs, {cells} measured cells)")
+    return 0
+
+
 def cmd_finalize(args: argparse.Namespace) -> int:
     """Dataset, graphs and report from whatever cells exist (the workflow's end, also on error)."""
     import os
 
     from gridbench import layout
     from gridbench.aggregate import dataset, natural, plots
+    from gridbench.aggregate.explorer import write_explorer
     from gridbench.aggregate.report import is_partial, render_report
     from gridbench.files import atomic_write_text
     from gridbench.plan import benchy_plan, natural_plan
@@ -234,9 +247,11 @@ def cmd_finalize(args: argparse.Namespace) -> int:
     report = root / layout.REPORT
     links = [Path(os.path.relpath(g, report.parent)).as_posix() for g in graphs]
     atomic_write_text(report, render_report(grid, depth_frame, natural_frame, links))
+    explorer = root / layout.EXPLORER
+    write_explorer(explorer, depth_frame, natural_frame, grid.study)
     partial = is_partial(depth_frame, natural_frame)
     marker = " (PARTIAL: some cells failed)" if partial else ""
-    print(f"wrote the dataset, {len(graphs)} graphs and {report}{marker}")
+    print(f"wrote the dataset, {len(graphs)} graphs, {report} and {explorer}{marker}")
     return 0
 
 
@@ -411,8 +426,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser(
+        "explorer", help="write the interactive explorer (one offline HTML file) from the datasets"
+    )
+    p.add_argument("--dataset", required=True, type=Path, help="dataset/dataset.parquet")
+    p.add_argument("--natural", type=Path, help="dataset/natural.parquet, when the study has one")
+    p.add_argument("--grid", type=Path, help=f"{grid_help}: names the baselines (else inferred)")
+    p.add_argument("--out", required=True, type=Path)
+    p.set_defaults(func=cmd_explorer)
+
+    p = sub.add_parser(
         "finalize",
-        help="dataset, graphs and report from whatever cells exist (marked partial)",
+        help="dataset, graphs, report and explorer from whatever cells exist (marked partial)",
     )
     p.add_argument("--grid", required=True, type=Path, help=grid_help)
     p.add_argument(

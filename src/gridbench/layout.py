@@ -22,6 +22,7 @@ NATURAL_CSV = "dataset/natural.csv"
 NATURAL_PARQUET = "dataset/natural.parquet"
 GRAPH = "graphs/{graph}.png"
 REPORT = "dataset/comparison.md"
+EXPLORER = "dataset/explorer.html"
 # graph names, in report order (gridbench.aggregate.plots draws them)
 DEPTH_GRAPHS = (
     "decode_vs_context",

@@ -78,7 +78,7 @@ wildcard_constraints:
 
 
 def get_final_outputs():
-    """The datasets, graphs and report (the depth dataset is empty in a study without a
+    """The datasets, graphs, report and explorer (the depth dataset is empty in a study without a
     llama-benchy sweep; the natural dataset exists when the study has a natural matrix).
     """
     outputs = [
@@ -86,6 +86,7 @@ def get_final_outputs():
         "dataset/dataset.json",
         "dataset/dataset.parquet",
         "dataset/comparison.md",
+        layout.EXPLORER,
         *get_graphs(None),
     ]
     if GRID.natural:
@@ -107,11 +108,16 @@ def get_graphs(wildcards):
     return [layout.GRAPH.format(graph=name) for name in names]
 
 
-def get_report_inputs(wildcards):
-    inputs = {"dataset": "dataset/dataset.parquet", "graphs": get_graphs(wildcards)}
+def get_datasets(wildcards):
+    """The Parquet datasets of the study: depth, and natural with a natural matrix."""
+    inputs = {"dataset": "dataset/dataset.parquet"}
     if GRID.natural:
         inputs["natural"] = "dataset/natural.parquet"
     return inputs
+
+
+def get_report_inputs(wildcards):
+    return {**get_datasets(wildcards), "graphs": get_graphs(wildcards)}
 
 
 def get_report_natural_option(wildcards):
@@ -258,6 +264,7 @@ localrules:
     plot_depth_graphs,
     plot_natural_graphs,
     render_report,
+    render_explorer,
 
 
 def keep_going_in_cluster_jobs():

@@ -101,3 +101,22 @@ rule render_report:
     shell:
         "gridbench report --grid {params.grid:q} --dataset {input.dataset:q} {params.natural}"
         " --graphs {input.graphs:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule render_explorer:
+    input:
+        unpack(get_datasets),
+    output:
+        report(
+            "dataset/explorer.html",
+            caption="../report/explorer.rst",
+            category="Report",
+        ),
+    log:
+        "logs/report/render_explorer.log",
+    params:
+        grid=GRID_FILE,
+        natural=get_report_natural_option,
+    shell:
+        "gridbench explorer --grid {params.grid:q} --dataset {input.dataset:q} {params.natural}"
+        " --out {output:q} > {log:q} 2>&1"

@@ -1,0 +1,589 @@
+"""The explorer: one self-contained HTML page of interactive graphs over the datasets.
+
+Decode tok/s and TTFT vs depth, speedup over the baseline vs depth, acceptance per draft
+position and the natural matrix (tok/s, TTFT, TPOT vs concurrency), each point's hover
+showing the cell's measured values and provenance. Checkboxes filter the traces by engine,
+checkpoint and speculation. Plotly's JavaScript is inlined, so the page works offline.
+
+``explorer_data`` turns the dataset frames into typed records and ``render_explorer``
+turns those into HTML; both are pure. ``write_explorer`` adds plotly's bundle and writes the file.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from gridbench.aggregate import analysis
+from gridbench.aggregate.analysis import Measure, Speedup
+from gridbench.files import atomic_write_text
+
+# matplotlib's tab10, then tab20b's darker half: the PNG graphs' colours for the first ten
+COLORS = (
+    *("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"),
+    *("#bcbd22", "#17becf", "#393b79", "#ad494a", "#8ca252", "#bd9e39", "#a55194", "#6b6ecf"),
+    *("#e7969c", "#637939", "#843c39", "#7b4173"),
+)
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "triangle-down", "x", "star", "cross")
+# The facets a reader filters by: (trace meta key, heading)
+FACETS = (("engine", "engine"), ("checkpoint", "checkpoint (quantization)"), ("speculation", "speculation"))
+
+
+@dataclass(frozen=True)
+class ConfigFacets:
+    """Who a trace belongs to, and what the filters match it on."""
+
+    config: str
+    label: str
+    engine: str
+    engine_label: str
+    checkpoint: str
+    quantization: str
+    speculation: str
+    speculation_label: str
+    speculative: bool
+
+    def choices(self) -> dict[str, tuple[str, str]]:
+        """facet -> (value the filter matches, its label)"""
+        return {
+            "engine": (self.engine, self.engine_label),
+            "checkpoint": (self.checkpoint, f"{self.checkpoint} ({self.quantization})"),
+            # engines name the same method differently, and labels may repeat across them
+            "speculation": (self.speculation, f"{self.speculation}: {self.speculation_label}"),
+        }
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a measured cell came from."""
+
+    engine_version: str | None
+    image: str | None  # the image's digest, else its tag; None for an engine run as a process
+    serve_command: str | None
+    gpu: str | None
+    hostname: str | None
+    started_at: str | None
+    raw_path: str | None
+
+
+@dataclass(frozen=True)
+class DepthCell:
+    """One measured llama-benchy cell."""
+
+    facets: ConfigFacets
+    depth: int
+    decode_tps: Measure | None
+    ttft_ms: Measure | None
+    prefill_tps: Measure | None
+    runs: int | None
+    acceptance_rate: float | None
+    provenance: Provenance
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """A speculative config's per-position acceptance over its measured cells."""
+
+    facets: ConfigFacets
+    per_position: tuple[float, ...]
+    cells: int
+
+
+@dataclass(frozen=True)
+class NaturalCell:
+    """One measured natural-prompt cell."""
+
+    facets: ConfigFacets
+    prompt_class: str
+    concurrency: int
+    output_tok_s: float | None
+    ttft_ms_p50: float | None
+    ttft_ms_p95: float | None
+    tpot_ms_p50: float | None
+    tpot_ms_p95: float | None
+    requests_ok: str
+    provenance: Provenance
+
+
+@dataclass(frozen=True)
+class ExplorerData:
+    title: str
+    configs: tuple[ConfigFacets, ...]  # every config of the study, in config order
+    depth: tuple[DepthCell, ...]
+    speedups: tuple[Speedup, ...]
+    acceptance: tuple[Acceptance, ...]
+    natural: tuple[NaturalCell, ...]
+
+
+# --- frames to records -------------------------------------------------------------------
+
+
+def _value(row: Mapping[str, Any], column: str) -> Any:
+    value = row.get(column)
+    return None if value is None or value is pd.NA or (isinstance(value, float) and value != value) else value
+
+
+def _float(row: Mapping[str, Any], column: str) -> float | None:
+    value = _value(row, column)
+    return None if value is None else float(value)
+
+
+def _facets(row: Mapping[str, Any]) -> ConfigFacets:
+    return ConfigFacets(
+        config=row["config"],
+        label=row["config_label"],
+        engine=row["engine"],
+        engine_label=row["engine_label"],
+        checkpoint=row["checkpoint"],
+        quantization=row["quantization"],
+        speculation=row["speculation"],
+        speculation_label=row["speculation_label"],
+        speculative=row["speculation_method"] != "none",
+    )
+
+
+def _provenance(row: Mapping[str, Any]) -> Provenance:
+    return Provenance(
+        engine_version=_value(row, "engine_version"),
+        image=_value(row, "image_digest") or _value(row, "image"),
+        serve_command=_value(row, "serve_command"),
+        gpu=_value(row, "gpu"),
+        hostname=_value(row, "hostname"),
+        started_at=_value(row, "started_at"),
+        raw_path=_value(row, "raw_path"),
+    )
+
+
+def _records(frame: pd.DataFrame | None) -> list[dict[str, Any]]:
+    return [] if frame is None else frame.to_dict("records")
+
+
+def explorer_data(
+    depth: pd.DataFrame, natural: pd.DataFrame | None, study: Mapping[str, Any], title: str
+) -> ExplorerData:
+    """The explorer's records from the dataset frames (``study``: the grid's, for baselines)."""
+    configs = {r["config"]: _facets(r) for r in [*_records(depth), *_records(natural)]}
+    depth_cells = tuple(
+        DepthCell(
+            facets=configs[r["config"]],
+            depth=int(r["context_tokens"]),
+            decode_tps=Measure.of(r["decode_tps"], r["decode_tps_std"]),
+            ttft_ms=Measure.of(r["ttft_ms"], r["ttft_ms_std"]),
+            prefill_tps=Measure.of(r["prefill_tps"], r["prefill_tps_std"]),
+            runs=_value(r, "runs"),
+            acceptance_rate=_float(r, "acceptance_rate"),
+            provenance=_provenance(r),
+        )
+        for r in _records(analysis.measured(depth))
+    )
+    measured_cells = analysis.measured(depth)["config"].value_counts()
+    acceptance = tuple(
+        Acceptance(configs[config], tuple(rates), int(measured_cells.get(config, 0)))
+        for config, rates in analysis.acceptance_by_position(depth).items()
+        if rates
+    )
+    natural_cells = tuple(
+        NaturalCell(
+            facets=configs[r["config"]],
+            prompt_class=r["prompt_class"],
+            concurrency=int(r["concurrency"]),
+            output_tok_s=_float(r, "output_tok_s"),
+            ttft_ms_p50=_float(r, "ttft_ms_p50"),
+            ttft_ms_p95=_float(r, "ttft_ms_p95"),
+            tpot_ms_p50=_float(r, "tpot_ms_p50"),
+            tpot_ms_p95=_float(r, "tpot_ms_p95"),
+            requests_ok=f"{_value(r, 'ok')}/{_value(r, 'requests')}",
+            provenance=_provenance(r),
+        )
+        for r in _records(None if natural is None else natural[natural["status"] == "ok"])
+    )
+    speedups = tuple(s for s in analysis.speedups(depth, study) if s.points)
+    return ExplorerData(title, tuple(configs.values()), depth_cells, speedups, acceptance, natural_cells)
+
+
+# --- records to figures ------------------------------------------------------------------
+
+
+def _measure(measure: Measure | None, unit: str) -> str:
+    if measure is None:
+        return "—"
+    return f"{measure.mean:,.1f} ± {measure.std:,.1f} {unit}"
+
+
+def _provenance_lines(prov: Provenance) -> list[str]:
+    command = prov.serve_command or "—"
+    # a hover label does not wrap by itself
+    chunks = [command[i : i + 100] for i in range(0, len(command), 100)]
+    return [
+        f"engine version: {prov.engine_version or '—'}",
+        f"image: {prov.image or '— (process)'}",
+        f"command: {chunks[0]}",
+        *(f"    {chunk}" for chunk in chunks[1:]),
+        f"GPU: {prov.gpu or '—'} on {prov.hostname or '—'}",
+        f"measured: {prov.started_at or '—'}",
+        f"raw file: {prov.raw_path or '—'}",
+    ]
+
+
+def _hover(facets: ConfigFacets, lines: Sequence[str], prov: Provenance | None = None) -> str:
+    text = [f"{facets.config}: {facets.label}", *lines]
+    if prov is not None:
+        text += _provenance_lines(prov)
+    return "<br>".join(html.escape(line, quote=False) for line in text)
+
+
+def _depth_hover(cell: DepthCell) -> str:
+    lines = [
+        f"depth: {cell.depth:,} tokens",
+        f"decode: {_measure(cell.decode_tps, 'tok/s')}",
+        f"TTFT: {_measure(cell.ttft_ms, 'ms')}",
+        f"prefill: {_measure(cell.prefill_tps, 'tok/s')}",
+        f"runs: {cell.runs if cell.runs is not None else '—'}",
+    ]
+    if cell.acceptance_rate is not None:
+        lines.append(f"acceptance rate: {cell.acceptance_rate:.3f}")
+    return _hover(cell.facets, lines, cell.provenance)
+
+
+def _natural_hover(cell: NaturalCell) -> str:
+    def ms(value: float | None) -> str:
+        return "—" if value is None else f"{value:,.1f} ms"
+
+    lines = [
+        f"prompt class: {cell.prompt_class}, concurrency {cell.concurrency}",
+        f"output: {'—' if cell.output_tok_s is None else f'{cell.output_tok_s:,.1f}'} tok/s",
+        f"TTFT p50 / p95: {ms(cell.ttft_ms_p50)} / {ms(cell.ttft_ms_p95)}",
+        f"TPOT p50 / p95: {ms(cell.tpot_ms_p50)} / {ms(cell.tpot_ms_p95)}",
+        f"requests ok: {cell.requests_ok}",
+    ]
+    return _hover(cell.facets, lines, cell.provenance)
+
+
+class Styler:
+    """One colour per config, in config order; speculative configs dashed."""
+
+    def __init__(self, configs: Sequence[ConfigFacets]):
+        self.colors = {f.config: COLORS[i % len(COLORS)] for i, f in enumerate(configs)}
+
+    def trace(
+        self,
+        facets: ConfigFacets,
+        x,
+        y,
+        hover: Sequence[str],
+        name: str | None = None,
+        symbol: str = "circle",
+    ) -> go.Scatter:
+        return go.Scatter(
+            x=list(x),
+            y=list(y),
+            name=name or facets.config,
+            legendgroup=facets.config,
+            mode="lines+markers",
+            line={"color": self.colors[facets.config], "dash": "dash" if facets.speculative else "solid"},
+            marker={"symbol": symbol, "size": 7},
+            hovertext=list(hover),
+            hovertemplate="%{hovertext}<extra></extra>",
+            meta={key: value for key, (value, _) in facets.choices().items()},
+        )
+
+
+def _figure(title: str, xaxis: Mapping[str, Any], yaxis: Mapping[str, Any], empty_reason: str) -> go.Figure:
+    fig = go.Figure()
+    grid = {"gridcolor": "#e5e5e5", "zeroline": False}
+    fig.update_layout(
+        title=title,
+        xaxis={**grid, **xaxis},
+        yaxis={**grid, **yaxis},
+        height=480,
+        margin={"t": 60, "r": 20},
+        hoverlabel={"align": "left", "font": {"family": "monospace", "size": 11}},
+        template="none",  # a named template is 7 kB of JSON in every figure
+        plot_bgcolor="white",
+        showlegend=True,  # also for a single trace, which names its config
+    )
+    fig.add_annotation(
+        text=f"no data: {empty_reason}",
+        showarrow=False,
+        xref="paper",
+        yref="paper",
+        x=0.5,
+        y=0.5,
+        name="no-data",
+        visible=True,
+    )
+    return fig
+
+
+def _finish(fig: go.Figure) -> go.Figure:
+    """Drop the no-data note from a figure that got traces."""
+    if fig.data:
+        fig.layout.annotations = [a for a in fig.layout.annotations if a.name != "no-data"]
+    return fig
+
+
+def _depth_axis(depths: Sequence[int]) -> dict[str, Any]:
+    # categories: depths grow by powers of two from 0, which no log axis can show
+    return {
+        "title": "context depth (tokens)",
+        "type": "category",
+        "categoryorder": "array",
+        "categoryarray": [analysis.short_depth(d) for d in depths],
+    }
+
+
+def depth_figure(
+    data: ExplorerData,
+    styler: Styler,
+    metric: Callable[[DepthCell], Measure | None],
+    title: str,
+    ytitle: str,
+    log: bool,
+) -> go.Figure:
+    depths = sorted({c.depth for c in data.depth})
+    fig = _figure(
+        title,
+        _depth_axis(depths),
+        {"title": ytitle, "type": "log" if log else "linear"},
+        "no measured llama-benchy cell",
+    )
+    for facets in data.configs:
+        cells = [c for c in data.depth if c.facets == facets and metric(c) is not None]
+        if cells:
+            fig.add_trace(
+                styler.trace(
+                    facets,
+                    [analysis.short_depth(c.depth) for c in cells],
+                    [metric(c).mean for c in cells],
+                    [_depth_hover(c) for c in cells],
+                )
+            )
+    return _finish(fig)
+
+
+def speedup_figure(data: ExplorerData, styler: Styler) -> go.Figure:
+    depths = sorted({p.depth for s in data.speedups for p in s.points})
+    fig = _figure(
+        "Decode speedup over the baseline vs context depth",
+        _depth_axis(depths),
+        {"title": "decode tok/s ÷ baseline's", "type": "log"},
+        "no config with a measured baseline",
+    )
+    facets = {f.config: f for f in data.configs}
+    cells = {(c.facets.config, c.depth): c for c in data.depth}
+    for speedup in data.speedups:
+        mine = facets[speedup.config]
+        hover = [
+            _hover(
+                mine,
+                [
+                    f"over {speedup.baseline} at depth {p.depth:,}:"
+                    f" {p.speedup.mean:.3f} ± {p.speedup.std:.3f} ({p.outcome})",
+                    f"decode: {_measure(p.config, 'tok/s')}",
+                    f"baseline decode: {_measure(p.baseline, 'tok/s')}",
+                ],
+                cells[(speedup.config, p.depth)].provenance,
+            )
+            for p in speedup.points
+        ]
+        fig.add_trace(
+            styler.trace(
+                mine,
+                [analysis.short_depth(p.depth) for p in speedup.points],
+                [p.speedup.mean for p in speedup.points],
+                hover,
+                name=f"{speedup.config} / {speedup.baseline}",
+            )
+        )
+    fig.add_hline(y=1.0, line={"color": "#888", "width": 1})
+    return _finish(fig)
+
+
+def acceptance_figure(data: ExplorerData, styler: Styler) -> go.Figure:
+    fig = _figure(
+        "Speculative decoding: acceptance per draft position (all measured cells, weighted by drafts)",
+        {"title": "draft position", "dtick": 1},
+        {"title": "accepted per draft", "range": [0, 1.05]},
+        "no speculative config with per-position counters",
+    )
+    for series in data.acceptance:
+        positions = range(1, len(series.per_position) + 1)
+        hover = [
+            _hover(series.facets, [f"position {i}: {rate:.3f} accepted per draft", f"cells: {series.cells}"])
+            for i, rate in zip(positions, series.per_position, strict=True)
+        ]
+        fig.add_trace(styler.trace(series.facets, positions, series.per_position, hover))
+    return _finish(fig)
+
+
+def natural_figure(
+    data: ExplorerData,
+    styler: Styler,
+    metric: Callable[[NaturalCell], float | None],
+    title: str,
+    ytitle: str,
+) -> go.Figure:
+    levels = sorted({c.concurrency for c in data.natural})
+    fig = _figure(
+        title,
+        {"title": "concurrency", "type": "log", "tickvals": levels, "ticktext": [str(c) for c in levels]},
+        {"title": ytitle},
+        "no measured natural-prompt cell",
+    )
+    classes = list(dict.fromkeys(c.prompt_class for c in data.natural))
+    for facets in data.configs:
+        # a config's prompt classes share its colour; the marker tells them apart
+        for prompt_class, symbol in zip(classes, itertools.cycle(SYMBOLS)):
+            mine = [c for c in data.natural if c.facets == facets and c.prompt_class == prompt_class]
+            cells = sorted((c for c in mine if metric(c) is not None), key=lambda c: c.concurrency)
+            if cells:
+                name = facets.config if len(classes) == 1 else f"{facets.config} · {prompt_class}"
+                fig.add_trace(
+                    styler.trace(
+                        facets,
+                        [c.concurrency for c in cells],
+                        [metric(c) for c in cells],
+                        [_natural_hover(c) for c in cells],
+                        name=name,
+                        symbol=symbol,
+                    )
+                )
+    return _finish(fig)
+
+
+def figures(data: ExplorerData) -> dict[str, go.Figure]:
+    """Every graph of the explorer by its element id, in page order."""
+    styler = Styler(data.configs)
+    return {
+        "decode_vs_depth": depth_figure(
+            data,
+            styler,
+            lambda c: c.decode_tps,
+            "Decode throughput vs context depth",
+            "decode tok/s",
+            log=False,
+        ),
+        "ttft_vs_depth": depth_figure(
+            data,
+            styler,
+            lambda c: c.ttft_ms,
+            "Time to first token vs context depth",
+            "TTFT (ms, log scale)",
+            log=True,
+        ),
+        "speedup_vs_depth": speedup_figure(data, styler),
+        "acceptance_per_position": acceptance_figure(data, styler),
+        "natural_tok_s": natural_figure(
+            data,
+            styler,
+            lambda c: c.output_tok_s,
+            "Natural prompts: aggregate output tok/s vs concurrency",
+            "tok/s",
+        ),
+        "natural_ttft": natural_figure(
+            data, styler, lambda c: c.ttft_ms_p50, "Natural prompts: TTFT p50 vs concurrency", "TTFT p50 (ms)"
+        ),
+        "natural_tpot": natural_figure(
+            data, styler, lambda c: c.tpot_ms_p50, "Natural prompts: TPOT p50 vs concurrency", "TPOT p50 (ms)"
+        ),
+    }
+
+
+# --- the page ----------------------------------------------------------------------------
+
+# Hides every trace whose config has an unchecked engine, checkpoint or speculation.
+FILTER_SCRIPT = """
+const facets = FACET_KEYS;
+const traceCount = TRACE_COUNT;
+function applyFilters() {
+  const allowed = {};
+  for (const facet of facets) {
+    allowed[facet] = new Set(
+      [...document.querySelectorAll(`input[data-facet="${facet}"]:checked`)].map((box) => box.value));
+  }
+  let shown = 0;
+  for (const plot of document.querySelectorAll(".js-plotly-plot")) {
+    if (!plot.data.length) continue;
+    const visible = plot.data.map((trace) => facets.every((f) => allowed[f].has(trace.meta[f])));
+    shown += visible.filter(Boolean).length;
+    Plotly.restyle(plot, {visible: visible});
+  }
+  document.getElementById("shown").textContent = `${shown} of ${traceCount} traces shown`;
+}
+for (const box of document.querySelectorAll("input[data-facet]")) {
+  box.addEventListener("change", applyFilters);
+}
+applyFilters();
+"""
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+fieldset { display: inline-block; vertical-align: top; margin: 0 1em 1em 0; }
+label { display: block; font-size: 0.9em; }
+#shown { color: #555; }
+"""
+
+
+def _filters(configs: Sequence[ConfigFacets]) -> str:
+    groups = []
+    for facet, heading in FACETS:
+        options = dict(f.choices()[facet] for f in configs)
+        boxes = "".join(
+            f'<label><input type="checkbox" data-facet="{facet}" value="{html.escape(value)}" checked> '
+            f"{html.escape(label)}</label>"
+            for value, label in options.items()
+        )
+        groups.append(f"<fieldset><legend>{html.escape(heading)}</legend>{boxes}</fieldset>")
+    return "".join(groups)
+
+
+def render_explorer(data: ExplorerData, plotly_js: str) -> str:
+    """The page: ``plotly_js`` (plotly.offline.get_plotlyjs()) inlined, no other resource."""
+    graphs = figures(data)
+    divs = "\n".join(
+        fig.to_html(full_html=False, include_plotlyjs=False, div_id=name, config={"displaylogo": False})
+        for name, fig in graphs.items()
+    )
+    trace_count = sum(len(fig.data) for fig in graphs.values())
+    script = FILTER_SCRIPT.replace("FACET_KEYS", json.dumps([f for f, _ in FACETS])).replace(
+        "TRACE_COUNT", str(trace_count)
+    )
+    title = html.escape(data.title)
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{title}</title>
+<style>{STYLE}</style>
+<script>{plotly_js}</script>
+</head>
+<body>
+<h1>{title}</h1>
+<p>{len(data.configs)} configs, {len(data.depth)} measured depth cells, {len(data.natural)} measured
+natural-prompt cells. Hover a point for the cell's values and provenance; untick a box to hide
+its configs. <span id="shown"></span></p>
+<div id="filters">{_filters(data.configs)}</div>
+{divs}
+<script>{script}</script>
+</body>
+</html>
+"""
+
+
+def write_explorer(
+    out: Path, depth: pd.DataFrame, natural: pd.DataFrame | None, study: Mapping[str, Any]
+) -> ExplorerData:
+    """Render the explorer of these frames to ``out``, plotly's bundle inlined."""
+    from plotly.offline import get_plotlyjs
+
+    data = explorer_data(depth, natural, study, study.get("title") or "gridbench explorer")
+    atomic_write_text(out, render_explorer(data, get_plotlyjs()))
+    return data

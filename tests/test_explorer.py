@@ -1,0 +1,230 @@
+"""The explorer: its records and figures from the seeds' cells, the page it renders, the CLI,
+and the page itself in headless Chromium (Debian's package; scripts/test.sh installs it),
+with the network off, on a fixture study and on the committed H200 vLLM study."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import report_fixtures as rf
+from browser import CHROMIUM, Chromium
+from conftest import REPO
+from gridbench import layout
+from gridbench.aggregate import explorer
+
+SCREENSHOTS = REPO / "logs/browser"
+H200_VLLM = REPO / "studies/h200-vllm"
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium; scripts/test.sh does)"
+)
+FAKE_PLOTLY = "window.Plotly = {};"
+
+
+@pytest.fixture(scope="module")
+def seed000() -> explorer.ExplorerData:
+    grid, plan, results, failures, nplan, nresults, nfailures = rf.seed000()
+    depth = rf.depth_frame(plan, results, failures)
+    natural = rf.natural_frame(nplan, nresults, nfailures)
+    return explorer.explorer_data(depth, natural, grid.study, grid.study["title"])
+
+
+@pytest.fixture(scope="module")
+def seed002() -> explorer.ExplorerData:
+    grid, plan, results, failures = rf.seed002()
+    del results[("Q_nvfp4_dfl8", 12288)]  # failed: no point, and no speedup there
+    return explorer.explorer_data(rf.depth_frame(plan, results, failures), None, grid.study, "seed 002")
+
+
+def trace_names(fig) -> list[str]:
+    return [trace.name for trace in fig.data]
+
+
+def test_records_carry_the_measures_and_provenance_of_each_measured_cell(seed002):
+    assert len(seed002.depth) == 126 - 1
+    cell = next(c for c in seed002.depth if (c.facets.config, c.depth) == ("Q_nvfp4_dfl8", 65536))
+    assert (cell.decode_tps.mean, cell.facets.engine, cell.facets.checkpoint) == (5.7, "aeon", "nvfp4")
+    assert cell.provenance.engine_version == "0.23.0+aeon.sm121a.dflash"
+    assert cell.provenance.image.split("@")[1].startswith("sha256:")
+    assert cell.provenance.started_at.startswith("2026-07-09T12:00")
+    assert cell.provenance.raw_path == "results/raw/Q_nvfp4_dfl8/depth_65536.json"
+    assert cell.provenance.gpu == "NVIDIA GB10"
+
+
+def test_every_graph_has_a_trace_per_config_that_has_something_to_show(seed000, seed002):
+    figures = explorer.figures(seed002)
+    configs = [f.config for f in seed002.configs]
+    assert trace_names(figures["decode_vs_depth"]) == configs
+    assert trace_names(figures["ttft_vs_depth"]) == configs
+    assert figures["ttft_vs_depth"].layout.yaxis.type == "log"
+    dfl8 = next(t for t in figures["decode_vs_depth"].data if t.name == "Q_nvfp4_dfl8")
+    assert "12k" not in dfl8.x and "64k" in dfl8.x  # the failed cell is left out
+    speedups = trace_names(figures["speedup_vs_depth"])
+    assert speedups and all(" / " in name for name in speedups)
+    assert not figures["natural_tok_s"].data  # no natural matrix in seed 002
+    assert [a.text for a in figures["natural_tok_s"].layout.annotations] == [
+        "no data: no measured natural-prompt cell"
+    ]
+
+    figures = explorer.figures(seed000)
+    assert trace_names(figures["speedup_vs_depth"]) == [
+        "Q_nvfp4_dflash_k5 / Q_fp8_mtp1",
+        "Q_nvfp4_dflash_k15 / Q_fp8_mtp1",
+    ]
+    k15 = next(t for t in figures["acceptance_per_position"].data if t.name == "Q_nvfp4_dflash_k15")
+    assert list(k15.x) == list(range(1, 16)) and k15.y[0] == pytest.approx(0.518, abs=1e-3)
+    # one trace per config and prompt class; FP8's prose has no c=16 (that cell failed)
+    assert len(figures["natural_tpot"].data) == 3 * 4
+    prose_fp8 = next(t for t in figures["natural_ttft"].data if t.name == "Q_fp8_mtp1 · prose")
+    assert list(prose_fp8.x) == [1, 4, 8]
+    assert not figures["natural_ttft"].layout.annotations  # no "no data" note over traces
+
+
+def test_a_hover_gives_the_cell_values_and_provenance(seed002):
+    figures = explorer.figures(seed002)
+    trace = next(t for t in figures["decode_vs_depth"].data if t.name == "Q_nvfp4_dfl8")
+    hover = trace.hovertext[list(trace.x).index("64k")].split("<br>")
+    assert hover[0].startswith("Q_nvfp4_dfl8: ")
+    assert "depth: 65,536 tokens" in hover
+    assert any(line.startswith("decode: 5.7 ± ") for line in hover)
+    assert "engine version: 0.23.0+aeon.sm121a.dflash" in hover
+    assert any(line.startswith("image: ") and "@sha256:" in line for line in hover)
+    assert any(line.startswith("measured: 2026-07-09T12:00") for line in hover)
+    assert "raw file: results/raw/Q_nvfp4_dfl8/depth_65536.json" in hover
+    assert trace.meta == {"engine": "aeon", "checkpoint": "nvfp4", "speculation": "dfl8"}
+
+
+def test_the_page_inlines_plotly_and_loads_nothing_else(seed002):
+    page = explorer.render_explorer(seed002, FAKE_PLOTLY)
+    assert f"<script>{FAKE_PLOTLY}</script>" in page
+    assert not re.search(r"""<(script|link|img)[^>]+(src|href)=""", page)
+    engines = re.findall(r'data-facet="engine" value="([^"]+)"', page)
+    assert engines == ["stock", "eugr", "aeon"]
+    assert re.findall(r'data-facet="checkpoint" value="([^"]+)"', page) == ["bf16", "nvfp4"]
+    assert f"const traceCount = {sum(len(f.data) for f in explorer.figures(seed002).values())};" in page
+
+
+def test_an_empty_study_gives_a_page_of_no_data_notes():
+    grid, plan, _, failures = rf.seed002()
+    frame = rf.depth_frame(plan, {}, failures)
+    data = explorer.explorer_data(frame, None, grid.study, "nothing measured")
+    assert (data.depth, data.speedups, data.acceptance, data.natural) == ((), (), (), ())
+    assert all(not fig.data for fig in explorer.figures(data).values())
+    assert "<h1>nothing measured</h1>" in explorer.render_explorer(data, FAKE_PLOTLY)
+
+
+def gridbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gridbench.cli", *args], cwd=cwd, capture_output=True, text=True, check=False
+    )
+
+
+def test_cli_writes_the_explorer_of_a_study_without_its_grid_file(tmp_path):
+    shutil.copytree(REPO / "studies/h200-llamacpp/dataset", tmp_path / "dataset")
+    result = gridbench(
+        "explorer",
+        "--dataset",
+        "dataset/dataset.parquet",
+        "--natural",
+        "dataset/natural.parquet",
+        "--out",
+        layout.EXPLORER,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "9 configs, 54 measured cells" in result.stdout
+    page = (tmp_path / layout.EXPLORER).read_text()
+    from plotly.offline import get_plotlyjs
+
+    assert get_plotlyjs() in page
+
+
+# --- in the browser ----------------------------------------------------------------------
+
+DRAWN = "document.querySelectorAll('.js-plotly-plot .scatterlayer .trace').length"
+SHOWN = "document.getElementById('shown').textContent"
+
+
+def untick(browser: Chromium, facet: str, value: str) -> None:
+    browser.evaluate(f"document.querySelector('input[data-facet={facet}][value=\"{value}\"]').click()")
+
+
+def write_page(path: Path, data: explorer.ExplorerData) -> Path:
+    from plotly.offline import get_plotlyjs
+
+    path.write_text(explorer.render_explorer(data, get_plotlyjs()))
+    return path
+
+
+@needs_chromium
+def test_the_browser_check_sees_a_page_that_reaches_out_or_fails(tmp_path):
+    """Without this the 'no console errors' below could pass on a check that sees nothing."""
+    page = tmp_path / "bad.html"
+    page.write_text(
+        '<script src="https://cdn.plot.ly/plotly-3.0.1.min.js"></script>'
+        "<script>console.error('drawn wrong'); Plotly.newPlot('x', []);</script>"
+    )
+    with Chromium() as browser:
+        browser.load(page)
+        errors = browser.errors()
+    sources = sorted({e.source for e in errors})
+    assert sources == ["console", "exception", "log"], errors
+    assert any("Plotly is not defined" in e.text for e in errors)
+
+
+@needs_chromium
+def test_the_fixture_explorer_draws_every_trace_and_filters_them(seed000, tmp_path):
+    page = write_page(tmp_path / "explorer.html", seed000)
+    figures = explorer.figures(seed000)
+    total = sum(len(f.data) for f in figures.values())
+    # decode, TTFT, acceptance: 3 configs each; speedup: 2; natural: 3 x 3 configs x 4 classes
+    assert total == 3 + 3 + 2 + 3 + 3 * 12
+    fp8 = sum(1 for f in figures.values() for t in f.data if t.meta["checkpoint"] == "fp8")
+    with Chromium() as browser:
+        browser.load(page)
+        assert browser.errors() == []
+        assert browser.evaluate(DRAWN) == total
+        assert browser.evaluate(SHOWN) == f"{total} of {total} traces shown"
+        browser.evaluate("Plotly.Fx.hover('decode_vs_depth', [{curveNumber: 0, pointNumber: 0}])")
+        hover = browser.evaluate("document.querySelector('#decode_vs_depth .hovertext').textContent")
+        assert "Q_fp8_mtp1" in hover and "engine version: 0.1.dev1+gbfde49e28.d20260418" in hover
+        untick(browser, "checkpoint", "fp8")
+        assert browser.evaluate(DRAWN) == total - fp8
+        untick(browser, "speculation", "dflash5")
+        drawn = browser.evaluate(DRAWN)
+        assert drawn < total - fp8
+        assert browser.evaluate(SHOWN) == f"{drawn} of {total} traces shown"
+        browser.screenshot(SCREENSHOTS / "explorer-fixture.png")
+        assert browser.errors() == []
+
+
+@needs_chromium
+@pytest.mark.skipif(not (H200_VLLM / "grid.json").exists(), reason="the H200 vLLM study is not committed")
+def test_the_h200_vllm_study_explorer_draws_and_filters(tmp_path):
+    grid = json.loads((H200_VLLM / "grid.json").read_text())
+    data = explorer.explorer_data(
+        pd.read_parquet(H200_VLLM / "dataset/dataset.parquet"),
+        pd.read_parquet(H200_VLLM / "dataset/natural.parquet"),
+        grid["study"],
+        grid["study"]["title"],
+    )
+    page = write_page(tmp_path / "explorer.html", data)
+    figures = explorer.figures(data)
+    total = sum(len(f.data) for f in figures.values())
+    llamacpp = sum(1 for f in figures.values() for t in f.data if t.meta["engine"] == "llamacpp")
+    assert len(data.configs) == 12 and total > 12 * 5 and llamacpp > 0
+    with Chromium() as browser:
+        browser.load(page)
+        assert browser.errors() == []
+        assert browser.evaluate(DRAWN) == total
+        untick(browser, "engine", "llamacpp")
+        assert browser.evaluate(DRAWN) == total - llamacpp
+        browser.screenshot(SCREENSHOTS / "explorer-h200-vllm.png")
+        assert browser.errors() == []
