@@ -217,6 +217,53 @@ def cmd_explorer(args: argparse.Namespace) -> int:
     return 0
 
 
+# a regression is not a failure to run: CI can tell the two apart
+REGRESSION_EXIT = 3
+
+
+def _study_dataset(folder: Path) -> Path:
+    """A study's depth dataset, given the study folder or its dataset/ folder."""
+    for candidate in (folder / "dataset/dataset.parquet", folder / "dataset.parquet"):
+        if candidate.is_file():
+            return candidate
+    raise GridbenchError(
+        f"{folder}: no dataset/dataset.parquet in it",
+        hint="name a study folder (or its dataset/) that a sweep finished",
+    )
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    import os
+
+    from gridbench.aggregate.compare import compare_studies, render_comparison, write_ratio_graphs
+    from gridbench.files import atomic_write_text
+
+    before_name = args.before_name or args.before.resolve().name
+    after_name = args.after_name or args.after.resolve().name
+    if before_name == after_name:
+        before_name, after_name = "before", "after"
+    comparison = compare_studies(
+        _read_frame(_study_dataset(args.before)), _read_frame(_study_dataset(args.after)), args.threshold
+    )
+    graphs = write_ratio_graphs(comparison, args.graphs, before_name, after_name) if args.graphs else []
+    links = [Path(os.path.relpath(g, args.out.parent)).as_posix() for g in graphs]
+    atomic_write_text(args.out, render_comparison(comparison, before_name, after_name, links))
+    print(
+        f"wrote {args.out}: {len(comparison.matches)} configs matched, {len(comparison.changes)} values "
+        f"compared, {len(comparison.regressions)} regressions, {len(comparison.lost_cells)} cells lost"
+    )
+    for change in comparison.regressions:
+        print(
+            f"REGRESSION {change.config} depth {change.depth}: {change.metric.label} {change.before.mean:.4g}"
+            f" -> {change.after.mean:.4g} {change.metric.unit} ({change.ratio.mean:.2f}x)"
+        )
+    for gap in comparison.lost_cells:
+        print(
+            f"REGRESSION {gap.config} depth {gap.depth}: {gap.before_status} before, {gap.after_status} after"
+        )
+    return REGRESSION_EXIT if comparison.regressed else 0
+
+
 def cmd_finalize(args: argparse.Namespace) -> int:
     """Dataset, graphs and report from whatever cells exist (the workflow's end, also on error)."""
     import os
@@ -433,6 +480,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", type=Path, help=f"{grid_help}: names the baselines (else inferred)")
     p.add_argument("--out", required=True, type=Path)
     p.set_defaults(func=cmd_explorer)
+
+    p = sub.add_parser(
+        "compare",
+        help="one study against another: what got faster or slower per config and depth "
+        f"(exit {REGRESSION_EXIT} on a regression)",
+    )
+    p.add_argument("before", type=Path, help="the reference study's folder (or its dataset/)")
+    p.add_argument("after", type=Path, help="the study to check against it")
+    p.add_argument("--out", type=Path, default=Path("compare.md"), help="the markdown report (compare.md)")
+    p.add_argument("--graphs", type=Path, help="folder for the ratio graphs (none if omitted)")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=0.05,
+        help="a worse value is a regression beyond this fraction, outside its spread (0.05)",
+    )
+    p.add_argument("--before-name", help="how the report names the reference (its folder's name)")
+    p.add_argument("--after-name", help="how the report names the other study (its folder's name)")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser(
         "finalize",

@@ -1,0 +1,344 @@
+"""One study against another: what got faster or slower, per matched config and depth.
+
+Configs match by name, else (a renamed config) by what they serve: engine kind, quantization,
+speculation method and draft length, when exactly one config on each side has them. Two
+values differ only under the report's tie rule (|a − b| > √(sa² + sb²)); a difference is a
+regression when it is worse and beyond the threshold, and so is a cell that was measured
+before and failed after. ``compare_studies`` and ``render_comparison`` are pure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from gridbench.aggregate.analysis import TIE, WIN, Measure
+
+BETTER, WORSE = "better", "worse"
+# what a renamed config must share with its counterpart to be compared
+LABEL_MATCH = ("engine_kind", "weights", "quantization", "speculation_method", "num_speculative_tokens")
+
+
+@dataclass(frozen=True)
+class ComparedMetric:
+    label: str
+    column: str
+    unit: str
+    higher_is_better: bool
+
+
+METRICS = (
+    ComparedMetric("decode", "decode_tps", "tok/s", True),
+    ComparedMetric("prefill", "prefill_tps", "tok/s", True),
+    ComparedMetric("TTFT", "ttft_ms", "ms", False),
+)
+
+
+@dataclass(frozen=True)
+class ConfigMatch:
+    before: str
+    after: str
+    by: str  # "name" or "what it serves"
+
+
+@dataclass(frozen=True)
+class CellChange:
+    config: str  # the name after
+    depth: int
+    metric: ComparedMetric
+    before: Measure
+    after: Measure
+    ratio: Measure  # after / before
+    outcome: str  # better, worse or tie
+
+    def regresses(self, threshold: float) -> bool:
+        if self.outcome != WORSE:
+            return False
+        change = self.ratio.mean - 1 if self.metric.higher_is_better else 1 - self.ratio.mean
+        return change < -threshold
+
+
+@dataclass(frozen=True)
+class CellGap:
+    """A matched cell that cannot be compared: failed or missing on one side."""
+
+    config: str
+    depth: int
+    before_status: str
+    after_status: str
+    reason: str
+
+    @property
+    def regresses(self) -> bool:
+        return self.before_status == "ok" and self.after_status != "ok"
+
+
+@dataclass(frozen=True)
+class StudyComparison:
+    threshold: float
+    matches: tuple[ConfigMatch, ...]
+    changes: tuple[CellChange, ...]
+    gaps: tuple[CellGap, ...]
+    only_before: tuple[str, ...]
+    only_after: tuple[str, ...]
+
+    @property
+    def regressions(self) -> tuple[CellChange, ...]:
+        return tuple(c for c in self.changes if c.regresses(self.threshold))
+
+    @property
+    def lost_cells(self) -> tuple[CellGap, ...]:
+        return tuple(g for g in self.gaps if g.regresses)
+
+    @property
+    def regressed(self) -> bool:
+        return bool(self.regressions or self.lost_cells)
+
+
+def _value(value) -> object:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+def match_configs(before: pd.DataFrame, after: pd.DataFrame) -> list[ConfigMatch]:
+    """Same name first; then a config left on each side that serves the same thing."""
+    names_before = list(dict.fromkeys(before["config"]))
+    names_after = list(dict.fromkeys(after["config"]))
+    matches = [ConfigMatch(name, name, "name") for name in names_after if name in names_before]
+    left_before = [n for n in names_before if n not in names_after]
+    left_after = [n for n in names_after if n not in names_before]
+
+    def keys(frame: pd.DataFrame, names: Sequence[str]) -> dict[tuple, list[str]]:
+        rows = frame.drop_duplicates("config").set_index("config")
+        found: dict[tuple, list[str]] = {}
+        for name in names:
+            key = tuple(_value(rows.at[name, column]) if column in rows else None for column in LABEL_MATCH)
+            found.setdefault(key, []).append(name)
+        return found
+
+    keys_before = keys(before, left_before)
+    for key, names in keys(after, left_after).items():
+        counterparts = keys_before.get(key, [])
+        if len(names) == 1 and len(counterparts) == 1:
+            matches.append(ConfigMatch(counterparts[0], names[0], "what it serves"))
+    return matches
+
+
+def _cells(frame: pd.DataFrame) -> dict[tuple[str, int], dict]:
+    return {(r["config"], int(r["context_tokens"])): r for r in frame.to_dict("records")}
+
+
+def _outcome(metric: ComparedMetric, before: Measure, after: Measure) -> str:
+    versus = after.versus(before)
+    if versus == TIE:
+        return TIE
+    return BETTER if (versus == WIN) == metric.higher_is_better else WORSE
+
+
+def compare_studies(before: pd.DataFrame, after: pd.DataFrame, threshold: float = 0.05) -> StudyComparison:
+    """``after`` against ``before`` (two depth datasets) at every matched (config, depth)."""
+    matches = match_configs(before, after)
+    cells_before, cells_after = _cells(before), _cells(after)
+    changes: list[CellChange] = []
+    gaps: list[CellGap] = []
+    for match in matches:
+        depths = sorted(
+            {d for c, d in cells_before if c == match.before}
+            | {d for c, d in cells_after if c == match.after}
+        )
+        for depth in depths:
+            row_before = cells_before.get((match.before, depth))
+            row_after = cells_after.get((match.after, depth))
+            status_before = row_before["status"] if row_before else "absent"
+            status_after = row_after["status"] if row_after else "absent"
+            if status_before != "ok" or status_after != "ok":
+                failed = row_after if status_after not in ("ok", "absent") else row_before
+                reason = (failed or {}).get("reason") or "not in that study's grid"
+                gaps.append(CellGap(match.after, depth, status_before, status_after, str(reason)))
+                continue
+            for metric in METRICS:
+                a = Measure.of(row_before.get(metric.column), row_before.get(f"{metric.column}_std"))
+                b = Measure.of(row_after.get(metric.column), row_after.get(f"{metric.column}_std"))
+                if a is None or b is None or a.mean <= 0:
+                    continue
+                changes.append(
+                    CellChange(match.after, depth, metric, a, b, b.ratio(a), _outcome(metric, a, b))
+                )
+    matched_before = {m.before for m in matches}
+    matched_after = {m.after for m in matches}
+    return StudyComparison(
+        threshold=threshold,
+        matches=tuple(matches),
+        changes=tuple(changes),
+        gaps=tuple(gaps),
+        only_before=tuple(c for c in dict.fromkeys(before["config"]) if c not in matched_before),
+        only_after=tuple(c for c in dict.fromkeys(after["config"]) if c not in matched_after),
+    )
+
+
+def _fmt(measure: Measure) -> str:
+    digits = 0 if abs(measure.mean) >= 100 else 1
+    return f"{measure.mean:.{digits}f} ± {measure.std:.{digits}f}"
+
+
+def _change_line(change: CellChange) -> str:
+    return (
+        f"`{change.config}` at depth {change.depth}: {change.metric.label} {_fmt(change.before)} → "
+        f"{_fmt(change.after)} {change.metric.unit} ({change.ratio.mean:.2f} ± {change.ratio.std:.2f}×)"
+    )
+
+
+def render_comparison(
+    comparison: StudyComparison, before_name: str, after_name: str, graph_links: Sequence[str] = ()
+) -> str:
+    """The comparison as markdown: verdict, what changed beyond the tie rule, every cell."""
+    threshold = f"{comparison.threshold:.0%}"
+    lines = [f"# {after_name} against {before_name}", "", "## Verdict", ""]
+    if not comparison.matches:
+        lines.append("- No config of one study matches a config of the other: nothing to compare.")
+    elif comparison.regressed:
+        lines.append(
+            f"- **Regression**: {len(comparison.regressions)} measure(s) worse by more than {threshold} "
+            f"beyond their spread, {len(comparison.lost_cells)} cell(s) measured before and failed or "
+            "missing after."
+        )
+    else:
+        lines.append(f"- No regression: nothing is worse by more than {threshold} beyond its spread.")
+    for metric in METRICS:
+        counts = {o: 0 for o in (BETTER, WORSE, TIE)}
+        for change in comparison.changes:
+            if change.metric == metric:
+                counts[change.outcome] += 1
+        if sum(counts.values()):
+            lines.append(
+                f"- {metric.label}: {counts[BETTER]} cell(s) better, {counts[WORSE]} worse, "
+                f"{counts[TIE]} tied."
+            )
+    lines += [
+        "",
+        "## Method",
+        "",
+        f"Configs matched: {len(comparison.matches)} "
+        f"({sum(m.by == 'name' for m in comparison.matches)} by name, "
+        f"{sum(m.by != 'name' for m in comparison.matches)} by what they serve: {', '.join(LABEL_MATCH)}). "
+        "A value is better or worse only when |a − b| > √(sa² + sb²) (the runs' standard deviations); "
+        f"a regression is a worse value beyond {threshold}, or a cell measured in {before_name} that "
+        f"failed or is missing in {after_name}. Ratios are {after_name} ÷ {before_name}.",
+        "",
+    ]
+    renamed = [m for m in comparison.matches if m.by != "name"]
+    if renamed:
+        lines += ["| before | after |", "|---|---|"]
+        lines += [f"| `{m.before}` | `{m.after}` |" for m in renamed]
+        lines.append("")
+    if comparison.only_before or comparison.only_after:
+        lines.append(
+            f"Only in {before_name}: {', '.join(f'`{c}`' for c in comparison.only_before) or 'none'}."
+        )
+        lines.append(f"Only in {after_name}: {', '.join(f'`{c}`' for c in comparison.only_after) or 'none'}.")
+        lines.append("")
+    worst_first = sorted(comparison.regressions, key=lambda c: abs(math.log(c.ratio.mean)), reverse=True)
+    if worst_first or comparison.lost_cells:
+        lines += ["## Regressions", ""]
+        lines += [f"- {_change_line(c)}" for c in worst_first]
+        lines += [
+            f"- `{g.config}` at depth {g.depth}: {g.before_status} in {before_name}, {g.after_status} in "
+            f"{after_name} ({g.reason})"
+            for g in comparison.lost_cells
+        ]
+        lines.append("")
+    improvements = sorted(
+        (c for c in comparison.changes if c.outcome == BETTER),
+        key=lambda c: abs(math.log(c.ratio.mean)),
+        reverse=True,
+    )
+    if improvements:
+        lines += ["## Improvements", ""]
+        lines += [f"- {_change_line(c)}" for c in improvements]
+        lines.append("")
+    if comparison.changes:
+        lines += ["## Every matched cell", ""]
+        header = "| config | depth | " + " | ".join(
+            f"{m.label} {before_name} | {m.label} {after_name} | {m.label} ratio" for m in METRICS
+        )
+        lines += [header + " |", "|---|---|" + "---|---|---|" * len(METRICS)]
+        by_cell: dict[tuple[str, int], dict[str, CellChange]] = {}
+        for change in comparison.changes:
+            by_cell.setdefault((change.config, change.depth), {})[change.metric.label] = change
+        for (config, depth), changes in by_cell.items():
+            cells = []
+            for metric in METRICS:
+                change = changes.get(metric.label)
+                cells += (
+                    [_fmt(change.before), _fmt(change.after), f"{change.ratio.mean:.2f}× {change.outcome}"]
+                    if change
+                    else ["—", "—", "—"]
+                )
+            lines.append(f"| `{config}` | {depth} | " + " | ".join(cells) + " |")
+        lines.append("")
+    other_gaps = [g for g in comparison.gaps if not g.regresses]
+    if other_gaps:
+        lines += ["## Cells not compared", ""]
+        lines += [
+            f"- `{g.config}` at depth {g.depth}: {g.before_status} in {before_name}, {g.after_status} in "
+            f"{after_name} ({g.reason})"
+            for g in other_gaps
+        ]
+        lines.append("")
+    for link in graph_links:
+        lines += [f"![{link}]({link})", ""]
+    return "\n".join(lines)
+
+
+def ratio_series(comparison: StudyComparison, metric_label: str) -> dict[str, list[CellChange]]:
+    """Per config, its changes of one metric in depth order (what the graph draws)."""
+    series: dict[str, list[CellChange]] = {}
+    for change in comparison.changes:
+        if change.metric.label == metric_label:
+            series.setdefault(change.config, []).append(change)
+    return {config: sorted(changes, key=lambda c: c.depth) for config, changes in series.items()}
+
+
+def write_ratio_graphs(
+    comparison: StudyComparison, outdir: Path, before_name: str, after_name: str
+) -> list[Path]:
+    """One PNG per metric: each matched config's ratio against depth, its spread as error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for metric in METRICS:
+        series = ratio_series(comparison, metric.label)
+        if not series:
+            continue
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for config, changes in series.items():
+            ax.errorbar(
+                [c.depth for c in changes],
+                [c.ratio.mean for c in changes],
+                yerr=[c.ratio.std for c in changes],
+                marker="o",
+                capsize=3,
+                label=config,
+            )
+        ax.axhline(1.0, color="grey", linewidth=1)
+        better = "above" if metric.higher_is_better else "below"
+        ax.set(
+            xlabel="context depth (tokens)",
+            ylabel=f"{metric.label} ratio ({after_name} ÷ {before_name})",
+            title=f"{metric.label}: {after_name} against {before_name} ({better} 1 is better)",
+        )
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        path = outdir / f"compare_{metric.column}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
