@@ -201,8 +201,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     natural = _read_frame(args.natural) if args.natural else None
     links = [Path(os.path.relpath(g, args.out.parent)).as_posix() for g in args.graphs]
     atomic_write_text(args.out, render_report(grid, dataset, natural, links))
+    _warn_checks(grid, dataset, natural)
     print(f"wrote {args.out}{' (PARTIAL: some cells failed)' if is_partial(dataset, natural) else ''}")
     return 0
+
+
+def _warn_checks(grid, dataset, natural) -> None:
+    """Each anomaly check that triggers, in the run's log as well as in the report's Checks."""
+    from gridbench.aggregate.checks import run_checks
+
+    for check in run_checks(dataset, natural, grid.study):
+        if check.triggered:
+            print(f"gridbench: warning: {check.summary}", file=sys.stderr)
 
 
 def cmd_finalize(args: argparse.Namespace) -> int:
@@ -234,6 +244,7 @@ def cmd_finalize(args: argparse.Namespace) -> int:
     report = root / layout.REPORT
     links = [Path(os.path.relpath(g, report.parent)).as_posix() for g in graphs]
     atomic_write_text(report, render_report(grid, depth_frame, natural_frame, links))
+    _warn_checks(grid, depth_frame, natural_frame)
     partial = is_partial(depth_frame, natural_frame)
     marker = " (PARTIAL: some cells failed)" if partial else ""
     print(f"wrote the dataset, {len(graphs)} graphs and {report}{marker}")
