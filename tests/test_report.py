@@ -370,3 +370,29 @@ def test_an_engine_restarted_within_a_config(same_weights):
     frame.loc[cell, "engine_startup_s"] = 190.0
     check = checks(grid, frame)["engine restarted within a config"]
     assert check.findings == ("V_bf16_n0: 2 starts (185.0 s, 190.0 s)",)
+
+
+def test_speculation_verdict_says_where_it_pays_off_in_words_a_user_acts_on(seed002):
+    grid, frame = seed002
+    frame = frame.copy()
+    dfl8 = frame["config"] == "Q_bf16_dfl8"
+    frame.loc[dfl8, ["decode_tps", "decode_tps_std"]] = [1.0, 0.01]  # slower everywhere
+    dfl1 = frame["config"] == "Q_bf16_dfl1"
+    deep = frame["context_tokens"] >= 32768
+    frame.loc[dfl1 & ~deep, ["decode_tps", "decode_tps_std"]] = [1.0, 0.01]
+    frame.loc[dfl1 & deep, ["decode_tps", "decode_tps_std"]] = [9.0, 0.01]  # faster from 32k on
+    report = render_report(grid, frame)
+    verdict = section(report, "Verdict")
+    (loses,) = [line for line in verdict.splitlines() if line.startswith("- DSpark-DFlash n=8 (Q_bf16_dfl8)")]
+    assert loses.startswith(
+        "- DSpark-DFlash n=8 (Q_bf16_dfl8) loses to Q_bf16_aeon_n0 at every depth measured (0–65536): "
+    )
+    assert loses.endswith("; don't use it here.")
+    (late,) = [line for line in verdict.splitlines() if line.startswith("- DSpark-DFlash n=1 (Q_bf16_dfl1)")]
+    assert late.startswith(
+        "- DSpark-DFlash n=1 (Q_bf16_dfl1) pays off over Q_bf16_aeon_n0 only from 32k of context on "
+        "(slower 0–24576, faster 32768–65536): "
+    )
+    speedup = section(report, "Speedup over baseline")
+    assert "| `Q_bf16_dfl8` | `Q_bf16_aeon_n0` |" in speedup
+    assert "slower at every depth measured (0–65536) |" in speedup

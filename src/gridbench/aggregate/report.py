@@ -16,8 +16,15 @@ import pandas as pd
 from gridbench.aggregate import analysis
 from gridbench.aggregate.analysis import LOSS, WIN, Measure
 from gridbench.aggregate.checks import run_checks
-from gridbench.aggregate.text import DASH, num, pct, pm, ratio_text
-from gridbench.aggregate.verdict import MARKS, capacity_targets, config_meta, targets_text, verdict_lines
+from gridbench.aggregate.text import DASH, num, pct, pm, ratio_text, span
+from gridbench.aggregate.verdict import (
+    MARKS,
+    capacity_targets,
+    config_meta,
+    runs_text,
+    targets_text,
+    verdict_lines,
+)
 from gridbench.grid import Grid
 
 GRAPH_TITLES = {
@@ -192,11 +199,11 @@ def _crossover_text(s: analysis.Speedup) -> str:
         if len(s.points) == 1:
             return f"faster at the one depth measured ({s.points[0].depth})"
         return f"faster at every depth measured ({s.points[0].depth}–{s.points[-1].depth})"
+    if outcomes == {LOSS}:
+        return f"slower at every depth measured ({span(s.points[0].depth, s.points[-1].depth)})"
     if WIN not in outcomes:
-        return "never faster: " + ", ".join(
-            f"{o} {a}–{b}" if a != b else f"{o} at {a}" for o, a, b in s.runs()
-        )
-    return ", ".join(f"{o} {a}–{b}" if a != b else f"{o} at {a}" for o, a, b in s.runs())
+        return "never faster: " + runs_text(s)
+    return runs_text(s)
 
 
 # --- method and environment -------------------------------------------------------------
