@@ -249,7 +249,7 @@ def test_engine_comparison_ratios_at_the_depths_both_measured():
     assert [(p.depth, p.outcome) for p in comparison.points] == [(0, WIN), (4096, LOSS)]
     assert comparison.points[0].speedup.mean == pytest.approx(2.0)
     assert comparison.points[0].speedup.std == pytest.approx(2.0 * math.hypot(2 / 120, 1 / 60))
-    assert comparison.largest_fold == pytest.approx(2.0)
+    assert analysis.fold(comparison) == pytest.approx(2.0)
 
 
 def test_each_engine_start_counts_once():

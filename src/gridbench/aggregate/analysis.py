@@ -161,12 +161,6 @@ class Speedup:
     def all_tie(self) -> bool:
         return all(p.outcome == TIE for p in self.points)
 
-    @property
-    def largest_fold(self) -> float:
-        """How far apart the two get at any depth: the largest ratio or inverse ratio."""
-        ratios = [p.speedup.mean for p in self.points]
-        return max((max(r, 1 / r) if r > 0 else math.inf for r in ratios), default=1.0)
-
     def runs(self) -> list[tuple[str, int, int]]:
         """Outcomes compressed into runs: [(outcome, first depth, last depth), ...]."""
         runs: list[tuple[str, int, int]] = []
