@@ -280,7 +280,7 @@ def test_every_check_has_a_line_and_a_clean_study_triggers_none(seed002):
     report = render_report(*seed002)
     lines = section(report, "Checks").splitlines()[2:]
     assert len(lines) == 6 and all(line.startswith("- ok — ") for line in lines)
-    assert "**warning**" not in report
+    assert "**warning**" not in report and "[Checks](#checks)" not in report
 
 
 def test_latency_that_falls_as_load_rises_is_flagged_with_its_cause(seed000):
@@ -298,8 +298,13 @@ def test_latency_that_falls_as_load_rises_is_flagged_with_its_cause(seed000):
     assert (
         "ran with it, so look elsewhere" in checks(grid, frame, natural)["latency falls as load rises"].cause
     )
-    line = next(b for b in section(render_report(grid, frame, natural), "Checks").splitlines() if "load" in b)
+    report = render_report(grid, frame, natural)
+    line = next(b for b in section(report, "Checks").splitlines() if "load" in b)
     assert line.startswith("- **warning** — latency falls as load rises: Q_fp8_mtp1 on code")
+    assert section(report, "Verdict").endswith(
+        "- Read these with the [Checks](#checks): 2 of 6 warn (latency falls as load rises; "
+        "errors or incomplete requests).\n"
+    )
 
 
 def test_a_drop_within_the_tolerance_is_not_flagged(seed000):

@@ -133,7 +133,16 @@ def partial_banner(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
 
 
 def verdict(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
-    return "\n".join(f"- {line}" for line in verdict_lines(dataset, natural, grid.study))
+    lines = verdict_lines(dataset, natural, grid.study)
+    # a caveat belongs next to the conclusions it qualifies, not only further down
+    checks = run_checks(dataset, natural, grid.study)
+    warned = [check.title for check in checks if check.triggered]
+    if warned:
+        lines.append(
+            f"Read these with the [Checks](#checks): {len(warned)} of {len(checks)} warn "
+            f"({'; '.join(warned)})."
+        )
+    return "\n".join(f"- {line}" for line in lines)
 
 
 def checks_section(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
