@@ -139,7 +139,8 @@ def verdict(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> 
     warned = [check.title for check in checks if check.triggered]
     if warned:
         lines.append(
-            f"Read these with the [Checks](#checks): {len(warned)} of {len(checks)} warn "
+            f"Read these with the [Checks](#checks): {len(warned)} of {len(checks)} "
+            f"{'warns' if len(warned) == 1 else 'warn'} "
             f"({'; '.join(warned)})."
         )
     return "\n".join(f"- {line}" for line in lines)
