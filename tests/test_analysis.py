@@ -249,7 +249,7 @@ def test_engine_comparison_ratios_at_the_depths_both_measured():
     assert [(p.depth, p.outcome) for p in comparison.points] == [(0, WIN), (4096, LOSS)]
     assert comparison.points[0].speedup.mean == pytest.approx(2.0)
     assert comparison.points[0].speedup.std == pytest.approx(2.0 * math.hypot(2 / 120, 1 / 60))
-    assert comparison.largest_fold == pytest.approx(2.0)
+    assert analysis.fold(comparison) == pytest.approx(2.0)
 
 
 def test_each_engine_start_counts_once():
@@ -280,3 +280,67 @@ def test_each_engine_start_counts_once():
         (("a",), 190.5, 2),
         (("b", "c"), 12.0, 2),
     ]
+
+
+@pytest.mark.parametrize(
+    ("spec_values", "expected"),
+    [
+        ([(12.0, 0.1), (11.0, 0.1), (10.0, 0.1)], analysis.Pattern(analysis.PAYS_EVERYWHERE)),
+        ([(5.0, 0.1), (4.0, 0.1), (3.0, 0.1)], analysis.Pattern(analysis.LOSES_EVERYWHERE)),
+        ([(5.0, 0.1), (8.7, 0.1), (8.6, 0.1)], analysis.Pattern(analysis.LOSES_EVERYWHERE)),  # ties, no win
+        ([(8.9, 0.1), (8.7, 0.1), (8.6, 0.1)], analysis.Pattern(analysis.TIES_EVERYWHERE)),
+        ([(12.0, 0.1), (8.7, 0.1), (3.0, 0.1)], analysis.Pattern(analysis.PAYS_BELOW, 8192)),
+        ([(5.0, 0.1), (8.7, 0.1), (12.0, 0.1)], analysis.Pattern(analysis.PAYS_FROM, 32768)),
+        ([(12.0, 0.1), (3.0, 0.1), (12.0, 0.1)], analysis.Pattern(analysis.MIXED)),
+    ],
+)
+def test_the_pattern_of_a_ratio_over_depth(spec_values, expected):
+    data = spec_pair(spec_values, [(8.9, 0.1), (8.7, 0.1), (8.6, 0.1)], [0, 8192, 32768])
+    (speedup,) = analysis.speedups(data, {})
+    assert analysis.pattern(speedup) == expected
+
+
+def test_fold_is_the_largest_ratio_either_way_outside_the_spread():
+    data = spec_pair([(4.45, 0.1), (8.7, 0.1)], [(8.9, 0.1), (8.7, 0.1)], [0, 8192])
+    (speedup,) = analysis.speedups(data, {})
+    assert analysis.fold(speedup) == pytest.approx(2.0)  # 0.5x counts as much as 2x
+    ties = spec_pair([(8.9, 0.1)], [(8.9, 0.1)], [0])
+    assert analysis.fold(analysis.speedups(ties, {})[0]) == 1.0
+
+
+def quantized(rows, weights):
+    data = frame(rows)
+    data["weights"] = data["config"].map(weights)
+    data["active_weight_gb"] = data["checkpoint"].map({"bf16": 5.6, "fp8": 2.8, "f16": 5.6, "q8_0": 3.0})
+    return data
+
+
+def test_quantizations_pair_on_one_engine_and_one_model_over_the_most_bytes():
+    data = quantized(
+        [
+            ("V_fp8", 0, 480.0, 5.0, "none", "vllm", "fp8"),
+            ("V_bf16", 0, 390.0, 1.0, "none", "vllm", "bf16"),
+            ("Q_bf16", 0, 380.0, 1.0, "none", "vllm", "bf16"),  # another model: not paired
+            ("V_fp8_spec", 0, 200.0, 1.0, "draft", "vllm", "fp8"),  # speculates: left out
+            ("L_q8_0", 0, 410.0, 2.0, "none", "llamacpp", "q8_0"),
+            ("L_f16", 0, 365.0, 2.0, "none", "llamacpp", "f16"),
+        ],
+        {"V_fp8": "rand3b", "V_bf16": "rand3b", "Q_bf16": "qwen3", "V_fp8_spec": "rand3b"}
+        | {"L_q8_0": "rand3b", "L_f16": "rand3b"},
+    )
+    pairs = [(c.config, c.baseline) for c in analysis.quantization_comparisons(data)]
+    assert pairs == [("V_fp8", "V_bf16"), ("L_q8_0", "L_f16")]
+    # weights that no checkpoint declares: one model per engine, as in a grid that only quantizes
+    undeclared = data.assign(weights=data["checkpoint"])
+    undeclared = undeclared[undeclared["config"] != "Q_bf16"]
+    pairs = [(c.config, c.baseline) for c in analysis.quantization_comparisons(undeclared)]
+    assert pairs == [("V_fp8", "V_bf16"), ("L_q8_0", "L_f16")]
+
+
+def test_depth_costs_from_the_shallowest_to_the_deepest_depth():
+    data = spec_pair([(12.0, 0.1), (6.0, 0.1)], [(8.0, 0.1), (None, None)], [0, 65536])
+    data = data.assign(ttft_ms=[50.0, 9000.0, 50.0, None], ttft_ms_std=0.0)
+    (cost,) = analysis.depth_costs(data)  # base measured one depth only
+    assert (cost.config, cost.first_depth, cost.last_depth) == ("spec", 0, 65536)
+    assert cost.kept == pytest.approx(0.5)
+    assert cost.last_ttft_ms == Measure(9000.0, 0.0)

@@ -226,7 +226,10 @@ def test_cli_finalize_marks_a_partial_run(seed002_files, tmp_path):
     grid_file.write_text(json.dumps(rf.load_config_dict(rf.REPO / "config/config.yaml")))
     result = gridbench("finalize", "--grid", str(grid_file), cwd=tmp_path)
     assert "PARTIAL" in result.stdout, result.stdout + result.stderr
+    # each check that triggers is a warning in the run's log, as in the report's Checks
+    assert "gridbench: warning: errors or incomplete requests: 2 cells failed" in result.stderr
     report = (tmp_path / "dataset/comparison.md").read_text()
+    assert "- **warning** — errors or incomplete requests: 2 cells failed" in report
     assert "> **Partial results.** 2 of 126 depth cells failed" in report
     assert (
         "| `Q_nvfp4_dfl8` | depth 12288 | failed | cell Q_nvfp4_dfl8 depth 12288: the engine died" in report

@@ -11,6 +11,7 @@ import pytest
 
 import report_fixtures as rf
 from gridbench import layout
+from gridbench.aggregate.checks import Check, run_checks
 from gridbench.aggregate.report import render_report
 
 GRAPHS = [f"../graphs/{name}.png" for name in layout.DEPTH_GRAPHS]
@@ -48,11 +49,15 @@ def test_seed002_golden(seed002):
 def test_seed002_crossover_between_8k_and_12k(seed002):
     report = render_report(*seed002)
     verdict = section(report, "Verdict")
-    line = next(b for b in verdict.splitlines() if b.startswith("- Q_nvfp4_dfl8"))
-    assert "over Q_nvfp4_aeon_n0" in line
-    assert "stops beating it between 8192 and 12288 tokens (slower from 12288)" in line
-    assert "at 12288: 7.50 ± 0.23 vs 8.61 ± 0.04 tok/s" in line
-    assert "at 65536: 5.70 ± 0.17 vs 7.71 ± 0.04 tok/s" in line
+    # the three DFlash configs share the conclusion: one line, the depth a user acts on first
+    (line,) = [b for b in verdict.splitlines() if "DSpark-DFlash" in b]
+    assert line.startswith(
+        "- DSpark-DFlash n=1 (Q_bf16_dfl1), n=8 (Q_bf16_dfl8) and n=8 (Q_nvfp4_dfl8) pay off over their "
+        "baselines (Q_bf16_aeon_n0 and Q_nvfp4_aeon_n0) only below 12k of context ("
+    )
+    assert "Q_nvfp4_dfl8 faster 0–8192, slower 12288–65536" in line
+    assert "Q_bf16_dfl1 faster 0–8192, tie at 12288, slower 16384–65536" in line
+    assert line.endswith("0.73 ± 0.02× (Q_bf16_dfl8 at 65536) to 2.92 ± 0.09× (Q_nvfp4_dfl8 at 0).")
     speedup = section(report, "Speedup over baseline")
     assert "| `Q_nvfp4_dfl8` | `Q_nvfp4_aeon_n0` | 2.92 ± 0.09× @0 | 0.74 ± 0.02× @65536 |" in speedup
     assert "| 12288 | 0.98 ± 0.03× tie |" in speedup  # n=1 is inside the noise there
@@ -60,8 +65,13 @@ def test_seed002_crossover_between_8k_and_12k(seed002):
 
 def test_seed002_nvfp4_is_twice_bf16_and_engines_tie(seed002):
     verdict = section(render_report(*seed002), "Verdict")
-    assert "- NVFP4 ≈ 2.0× BF16 on decode at depth 0" in verdict
-    assert "8.90 ± 0.04 vs 4.50 ± 0.02 tok/s" in verdict
+    # one line for the quantization axis: the three engines where NVFP4 reads the same merged
+    assert (
+        "- Quantization, without speculation: NVFP4 decodes faster than BF16 on vLLM 0.24 stock, "
+        "eugr/spark-vllm and aeon 0.23 at every depth measured (0–65536), 1.88 ± 0.01× "
+        "(Q_nvfp4_aeon_n0 at 65536) to 1.98 ± 0.01× (Q_nvfp4_eugr_n0 at 0), reading 0.45× the bytes "
+        "per token." in verdict
+    )
     # every engine pair on the same checkpoint ties at every depth
     ties = next(b for b in verdict.splitlines() if b.startswith("- Engines tie on decode"))
     assert "vLLM 0.24 stock BF16 and eugr/spark-vllm BF16 (0–65536)" in ties
@@ -89,8 +99,9 @@ def test_a_difference_inside_the_noise_is_called_a_tie(seed002):
     verdict = section(render_report(grid, frame), "Verdict")
     assert "vLLM 0.24 stock NVFP4 and eugr/spark-vllm NVFP4" not in verdict
     assert (
-        "- vLLM 0.24 stock NVFP4 decodes 1.00–1.01× as fast as eugr/spark-vllm NVFP4: faster at 0, "
-        "tie 512–65536 (at 0: 9.00 ± 0.05 vs 8.89 ± 0.04 tok/s;" in verdict
+        "- vLLM 0.24 stock decodes faster than eugr/spark-vllm on the same weights only below 512 of "
+        "context (faster at 0, tie 512–65536) for NVFP4 (1.00 ± 0.01× at 512 to 1.01 ± 0.01× at 0)."
+        in verdict
     )
 
 
@@ -100,8 +111,9 @@ def test_seed000_golden(seed000):
 
 def test_seed000_roofline_capacity_and_natural_tables(seed000):
     report = render_report(*seed000)
-    assert "realises 32 % (Q_fp8_mtp1) to 42 % (Q_nvfp4_dflash_k5, 77.0 of 182 tok/s)" in section(
-        report, "Verdict"
+    assert (
+        "realises 32 % (Q_fp8_mtp1) to 42 % (Q_nvfp4_dflash_k5, 77.0 of 182 tok/s) with speculation"
+        in section(report, "Verdict")
     )
     natural = section(report, "Natural prompts")
     # seed 000's published row, verbatim
@@ -115,8 +127,13 @@ def test_seed000_roofline_capacity_and_natural_tables(seed000):
     )
     assert "| `Q_nvfp4_dflash_k5` | dialogue | none |" in capacity  # TPOT p50 50.3 ms at c=1
     verdict = section(report, "Verdict")
+    # one line for capacity: per class, the configs that sustain the same level merged
     assert (
-        "Q_nvfp4_dflash_k5 sustains c=8 on code, c=4 on reasoning, none on dialogue, c=1 on prose." in verdict
+        "- Under TTFT p50 ≤ 1000 ms and TPOT p50 ≤ 50.0 ms: on code, Q_nvfp4_dflash_k5 and "
+        "Q_nvfp4_dflash_k15 sustain c=8 and Q_fp8_mtp1 c=1; on reasoning, Q_nvfp4_dflash_k5 and "
+        "Q_nvfp4_dflash_k15 sustain c=4 and Q_fp8_mtp1 c=1; on dialogue, none of the 3 configs at any "
+        "level; on prose, Q_nvfp4_dflash_k5 and Q_nvfp4_dflash_k15 sustain c=1 and Q_fp8_mtp1 no level."
+        in verdict
     )
     assert "dialogue (14 of 512 tokens)" in verdict
 
@@ -127,8 +144,9 @@ def test_capacity_verdict_says_nothing_of_a_config_it_never_measured(seed000):
     natural = natural.copy()
     natural.loc[natural["config"] == config, "status"] = "failed"
     verdict = section(render_report(grid, frame, natural), "Verdict")
-    assert f"{config} sustains" not in verdict
-    assert "sustains" in verdict  # the configs that were measured still get their line
+    capacity = next(b for b in verdict.splitlines() if b.startswith("- Under TTFT"))
+    assert config not in capacity
+    assert "on code, Q_nvfp4_dflash_k15 sustains c=8 and Q_fp8_mtp1 c=1" in capacity
 
 
 def test_partial_runs_say_so_and_list_every_failed_cell(seed000):
@@ -200,19 +218,34 @@ def test_engines_on_the_same_weights_are_compared_at_every_depth(same_weights):
     assert "vLLM FP8 decodes 1.00–1.15× as fast as llama.cpp Q8_0: faster 0–4096, tie at 65536." in engines
 
 
-def test_engine_verdict_is_one_line_per_pair_largest_difference_first(same_weights):
+def test_engine_verdict_is_one_line_per_engine_pair_its_conclusions_merged(same_weights):
     verdict = section(render_report(*same_weights), "Verdict")
-    lines = [line for line in verdict.splitlines() if "vLLM" in line and "llama.cpp" in line]
-    assert [line.split(" as fast as ")[0] for line in lines] == [
-        "- vLLM FP8 decodes 2.05–2.50×",
-        "- vLLM BF16 decodes 1.82–2.00×",
-        "- vLLM FP8 decodes 1.00–1.15×",
-        "- llama.cpp Q8_0 decodes 1.08–1.12×",
-    ]
-    assert lines[0].endswith(
-        "llama.cpp F16 at every depth 0–65536 (at 0: 150 ± 3 vs 60.0 ± 1.0 tok/s; "
-        "at 65536: 45.0 ± 1.0 vs 22.0 ± 0.5 tok/s)."
+    (line,) = [line for line in verdict.splitlines() if " than llama.cpp on the same weights" in line]
+    assert line == (
+        "- vLLM decodes faster than llama.cpp on the same weights at every depth measured (0–65536) "
+        "for BF16 over F16 (1.82 ± 0.06× at 65536 to 2.00 ± 0.05× at 0) and FP8 over F16 "
+        "(2.05 ± 0.07× at 65536 to 2.50 ± 0.07× at 0); slower at every depth measured (0–65536) for "
+        "BF16 over Q8_0 (0.89 ± 0.03× at 65536 to 0.92 ± 0.02× at 0); only below 64k of context "
+        "(faster 0–4096, tie at 65536) for FP8 over Q8_0 (1.00 ± 0.03× at 65536 to 1.15 ± 0.03× at 0)."
     )
+
+
+def test_verdict_lines_are_ordered_by_effect_largest_first(same_weights):
+    verdict = section(render_report(*same_weights), "Verdict").splitlines()
+    # context costs up to 1 / 0.30 = 3.3x, engines up to 2.50x, quantization up to 2.18x
+    assert [line.split(" ")[1] for line in verdict] == ["Context", "vLLM", "Quantization,"]
+    assert verdict[0] == (
+        "- Context depth: from depth 0 to 65536, decode keeps 30 % (V_fp8_n0, 150 ± 3 → 45.0 ± 1.0 "
+        "tok/s) to 37 % (L_f16_n0, 60.0 ± 1.0 → 22.0 ± 0.5 tok/s) of its rate; TTFT there is 9000 ms "
+        "(V_bf16_n0) to 30000 ms (L_f16_n0)."
+    )
+    # a larger engine gap moves the engine line first
+    grid, frame = same_weights
+    faster = frame.copy()
+    vllm_fp8 = faster["config"] == "V_fp8_n0"
+    faster.loc[vllm_fp8, "decode_tps"] = faster.loc[vllm_fp8, "decode_tps"] * 2
+    reordered = section(render_report(grid, faster), "Verdict").splitlines()
+    assert [line.split(" ")[1] for line in reordered] == ["vLLM", "Context", "Quantization,"]
 
 
 def test_without_an_engine_pair_the_section_says_why(same_weights, seed000):
@@ -234,3 +267,137 @@ def test_engine_startup_is_tabled_with_the_study_total(same_weights):
     )
     assert "| `V_bf16_n0` | vLLM | 185.0 | 3 |" in startup
     assert "| `L_q8_0_n0` | llama.cpp | 3.9 | 3 |" in startup
+
+
+# --- checks -----------------------------------------------------------------------------
+
+
+def checks(grid, frame, natural=None) -> dict[str, Check]:
+    return {c.title: c for c in run_checks(frame, natural, grid.study)}
+
+
+def test_every_check_has_a_line_and_a_clean_study_triggers_none(seed002):
+    report = render_report(*seed002)
+    lines = section(report, "Checks").splitlines()[2:]
+    assert len(lines) == 6 and all(line.startswith("- ok — ") for line in lines)
+    assert "**warning**" not in report and "[Checks](#checks)" not in report
+
+
+def test_latency_that_falls_as_load_rises_is_flagged_with_its_cause(seed000):
+    grid, frame, natural = seed000
+    assert not checks(grid, frame, natural)["latency falls as load rises"].triggered
+    natural = natural.copy()
+    cell = (natural["config"] == "Q_fp8_mtp1") & (natural["prompt_class"] == "code")
+    natural.loc[cell & (natural["concurrency"] == 16), "ttft_ms_p50"] = 138.0  # 971 ms at c=8
+    natural.loc[cell, "engine"] = "llamacpp"
+    natural.loc[cell, "serve_command"] = "llama-server -m model.gguf --no-cache-prompt"
+    check = checks(grid, frame, natural)["latency falls as load rises"]
+    assert check.findings == ("Q_fp8_mtp1 on code: TTFT p50 971 ms at c=8, 138 ms at c=16",)
+    assert "host prompt cache" in check.cause and "Q_fp8_mtp1 ran without it" in check.cause
+    natural.loc[cell, "serve_command"] = "llama-server -m model.gguf --cache-ram 0"
+    assert (
+        "ran with it, so look elsewhere" in checks(grid, frame, natural)["latency falls as load rises"].cause
+    )
+    report = render_report(grid, frame, natural)
+    line = next(b for b in section(report, "Checks").splitlines() if "load" in b)
+    assert line.startswith("- **warning** — latency falls as load rises: Q_fp8_mtp1 on code")
+    assert section(report, "Verdict").endswith(
+        "- Read these with the [Checks](#checks): 2 of 6 warn (latency falls as load rises; "
+        "errors or incomplete requests).\n"
+    )
+
+
+def test_a_drop_within_the_tolerance_is_not_flagged(seed000):
+    grid, frame, natural = seed000
+    natural = natural.copy()
+    cell = (natural["config"] == "Q_fp8_mtp1") & (natural["prompt_class"] == "code")
+    natural.loc[cell & (natural["concurrency"] == 16), "ttft_ms_p50"] = 809.0  # 971 ms at c=8: 17 % lower
+    assert not checks(grid, frame, natural)["latency falls as load rises"].triggered
+
+
+def test_acceptance_near_zero_with_speculation_on(seed000):
+    grid, frame, natural = seed000
+    assert not checks(grid, frame, natural)["acceptance ≈ 0 with speculation on"].triggered
+    frame, natural = frame.copy(), natural.copy()
+    for f in (frame, natural):
+        f.loc[f["config"] == "Q_nvfp4_dflash_k15", "acceptance_rate"] = 0.002
+    check = checks(grid, frame, natural)["acceptance ≈ 0 with speculation on"]
+    assert check.findings == ("Q_nvfp4_dflash_k15 accepts at most 0 % over 17 cells",)
+
+
+def test_decode_above_the_roofline_without_speculation(seed002):
+    grid, frame = seed002
+    frame = frame.copy()
+    cell = (frame["config"] == "Q_bf16_aeon_n0") & (frame["context_tokens"] == 0)
+    frame.loc[cell, "decode_tps"] = 6.2  # the ceiling is 273 GB/s ÷ 51 GB = 5.35 tok/s
+    check = checks(grid, frame)["decode above the bandwidth roofline without speculation"]
+    assert check.findings == ("Q_bf16_aeon_n0 decodes 6.20 tok/s at depth 0, above its 5.35 tok/s ceiling",)
+    # a speculative config above it is what speculation is for
+    spec = (frame["config"] == "Q_bf16_dfl8") & (frame["context_tokens"] == 0)
+    assert float(frame.loc[spec, "decode_tps"].iloc[0]) > 5.35
+    assert len(check.findings) == 1
+
+
+def test_errored_and_incomplete_requests_and_failed_cells(seed000, seed002):
+    grid, frame, natural = seed000
+    check = checks(grid, frame, natural)["errors or incomplete requests"]
+    assert check.findings == ("1 cell failed (listed under Failed and skipped cells)",)
+    natural = natural.copy()
+    cell = (
+        (natural["config"] == "Q_nvfp4_dflash_k5")
+        & (natural["prompt_class"] == "code")
+        & (natural["concurrency"] == 8)
+    )
+    natural.loc[cell, ["errored", "incomplete"]] = [2, 1]
+    check = checks(grid, frame, natural)["errors or incomplete requests"]
+    assert "Q_nvfp4_dflash_k5 code c=8: 2 errored, 1 incomplete of 16 requests" in check.findings
+    assert not checks(*seed002)["errors or incomplete requests"].triggered
+
+
+def test_a_ratio_whose_spread_exceeds_its_effect(same_weights):
+    grid, frame = same_weights
+    # V_fp8_n0 ÷ L_q8_0_n0 at 65536 is 1.00 ± 0.03: called a tie, so nothing to flag
+    assert not checks(grid, frame)["a spread larger than the effect it qualifies"].triggered
+    frame = frame.copy()
+    cell = (frame["config"] == "L_f16_n0") & (frame["context_tokens"] == 0)
+    # 120 ± 2 against 60 ± 35: the means differ by more than their spread (faster), but the
+    # ratio 2.00 ± 1.17 does not exclude 1
+    frame.loc[cell, "decode_tps_std"] = 35.0
+    check = checks(grid, frame)["a spread larger than the effect it qualifies"]
+    assert "V_bf16_n0 ÷ L_f16_n0 at depth 0: 2.00 ± 1.17×, called faster" in check.findings
+
+
+def test_an_engine_restarted_within_a_config(same_weights):
+    grid, frame = same_weights
+    assert not checks(grid, frame)["engine restarted within a config"].triggered
+    frame = frame.copy()
+    cell = (frame["config"] == "V_bf16_n0") & (frame["context_tokens"] == 65536)
+    frame.loc[cell, "engine_startup_s"] = 190.0
+    check = checks(grid, frame)["engine restarted within a config"]
+    assert check.findings == ("V_bf16_n0: 2 starts (185.0 s, 190.0 s)",)
+
+
+def test_speculation_verdict_says_where_it_pays_off_in_words_a_user_acts_on(seed002):
+    grid, frame = seed002
+    frame = frame.copy()
+    dfl8 = frame["config"] == "Q_bf16_dfl8"
+    frame.loc[dfl8, ["decode_tps", "decode_tps_std"]] = [1.0, 0.01]  # slower everywhere
+    dfl1 = frame["config"] == "Q_bf16_dfl1"
+    deep = frame["context_tokens"] >= 32768
+    frame.loc[dfl1 & ~deep, ["decode_tps", "decode_tps_std"]] = [1.0, 0.01]
+    frame.loc[dfl1 & deep, ["decode_tps", "decode_tps_std"]] = [9.0, 0.01]  # faster from 32k on
+    report = render_report(grid, frame)
+    verdict = section(report, "Verdict")
+    (loses,) = [line for line in verdict.splitlines() if line.startswith("- DSpark-DFlash n=8 (Q_bf16_dfl8)")]
+    assert loses.startswith(
+        "- DSpark-DFlash n=8 (Q_bf16_dfl8) loses to Q_bf16_aeon_n0 at every depth measured (0–65536): "
+    )
+    assert loses.endswith("; don't use it here.")
+    (late,) = [line for line in verdict.splitlines() if line.startswith("- DSpark-DFlash n=1 (Q_bf16_dfl1)")]
+    assert late.startswith(
+        "- DSpark-DFlash n=1 (Q_bf16_dfl1) pays off over Q_bf16_aeon_n0 only from 32k of context on "
+        "(slower 0–24576, faster 32768–65536): "
+    )
+    speedup = section(report, "Speedup over baseline")
+    assert "| `Q_bf16_dfl8` | `Q_bf16_aeon_n0` |" in speedup
+    assert "slower at every depth measured (0–65536) |" in speedup

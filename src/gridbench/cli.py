@@ -201,6 +201,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     natural = _read_frame(args.natural) if args.natural else None
     links = [Path(os.path.relpath(g, args.out.parent)).as_posix() for g in args.graphs]
     atomic_write_text(args.out, render_report(grid, dataset, natural, links))
+    _warn_checks(grid, dataset, natural)
     print(f"wrote {args.out}{' (PARTIAL: some cells failed)' if is_partial(dataset, natural) else ''}")
     return 0
 
@@ -264,6 +265,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return REGRESSION_EXIT if comparison.regressed else 0
 
 
+def _warn_checks(grid, dataset, natural) -> None:
+    """Each anomaly check that triggers, in the run's log as well as in the report's Checks."""
+    from gridbench.aggregate.checks import run_checks
+
+    for check in run_checks(dataset, natural, grid.study):
+        if check.triggered:
+            print(f"gridbench: warning: {check.summary}", file=sys.stderr)
+
+
 def cmd_finalize(args: argparse.Namespace) -> int:
     """Dataset, graphs and report from whatever cells exist (the workflow's end, also on error)."""
     import os
@@ -296,6 +306,7 @@ def cmd_finalize(args: argparse.Namespace) -> int:
     atomic_write_text(report, render_report(grid, depth_frame, natural_frame, links))
     explorer = root / layout.EXPLORER
     write_explorer(explorer, depth_frame, natural_frame, grid.study)
+    _warn_checks(grid, depth_frame, natural_frame)
     partial = is_partial(depth_frame, natural_frame)
     marker = " (PARTIAL: some cells failed)" if partial else ""
     print(f"wrote the dataset, {len(graphs)} graphs, {report} and {explorer}{marker}")

@@ -33,9 +33,9 @@ class Measure:
 
     @classmethod
     def of(cls, mean: Any, std: Any = None) -> Measure | None:
-        if _missing(mean):
+        if missing(mean):
             return None
-        return cls(float(mean), 0.0 if _missing(std) else float(std))
+        return cls(float(mean), 0.0 if missing(std) else float(std))
 
     def spread_with(self, other: Measure) -> float:
         return math.hypot(self.std, other.std)
@@ -54,7 +54,7 @@ class Measure:
         return Measure(value, abs(value) * rel)
 
 
-def _missing(value: Any) -> bool:
+def missing(value: Any) -> bool:
     return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
@@ -161,12 +161,6 @@ class Speedup:
     def all_tie(self) -> bool:
         return all(p.outcome == TIE for p in self.points)
 
-    @property
-    def largest_fold(self) -> float:
-        """How far apart the two get at any depth: the largest ratio or inverse ratio."""
-        ratios = [p.speedup.mean for p in self.points]
-        return max((max(r, 1 / r) if r > 0 else math.inf for r in ratios), default=1.0)
-
     def runs(self) -> list[tuple[str, int, int]]:
         """Outcomes compressed into runs: [(outcome, first depth, last depth), ...]."""
         runs: list[tuple[str, int, int]] = []
@@ -209,7 +203,7 @@ ENGINE_PAIRING = ("weights", "speculation_method", "num_speculative_tokens")
 
 
 def _pairing_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
-    return tuple(None if _missing(row[c]) else row[c] for c in ENGINE_PAIRING)
+    return tuple(None if missing(row[c]) else row[c] for c in ENGINE_PAIRING)
 
 
 def engine_comparisons(frame: pd.DataFrame, column: str = "decode_tps") -> list[Speedup]:
@@ -255,7 +249,7 @@ def engine_starts(frames: Iterable[pd.DataFrame | None]) -> list[EngineStart]:
         if frame is None:
             continue
         for row in measured(frame).to_dict("records"):
-            if _missing(row["engine_startup_s"]):
+            if missing(row["engine_startup_s"]):
                 continue
             key = (row["fingerprint"], float(row["engine_startup_s"]))
             start = starts.setdefault(key, {"configs": {}, "engine_label": row["engine_label"], "cells": 0})
@@ -267,48 +261,139 @@ def engine_starts(frames: Iterable[pd.DataFrame | None]) -> list[EngineStart]:
     ]
 
 
-# --- comparisons along one axis of the grid ---------------------------------------------
+# --- quantization: one model's weights in different precisions ---------------------------
+
+
+def _shares_weights(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two checkpoints hold the same model: their declared ``weights`` match, or
+    neither declares any (``weights`` then falls back to the checkpoint's own name), as in a
+    grid that quantizes one model per engine."""
+    declared = [row["weights"] != row["checkpoint"] for row in (a, b)]
+    return a["weights"] == b["weights"] if any(declared) else True
+
+
+def quantization_comparisons(frame: pd.DataFrame, column: str = "decode_tps") -> list[Speedup]:
+    """Each non-speculative config over the config on the same engine that serves the same
+    model in the most bytes per token (its reference precision), at every depth both
+    measured. Speculation is left out: its acceptance, not the weights, would decide."""
+    cells = cell_index(frame)
+    meta = frame[frame["speculation_method"] == "none"].drop_duplicates("config")
+    meta = meta.assign(weights=meta.get("weights", meta["checkpoint"]).fillna(meta["checkpoint"]))
+    rows = meta.to_dict("records")
+    result = []
+    for engine in dict.fromkeys(r["engine"] for r in rows):
+        on_engine = [r for r in rows if r["engine"] == engine]
+        claimed: set[str] = set()
+        for reference in sorted(on_engine, key=_bytes_per_token, reverse=True):
+            if reference["config"] in claimed:
+                continue
+            group = [
+                r
+                for r in on_engine
+                if r["config"] not in claimed
+                and r["checkpoint"] != reference["checkpoint"]
+                and _shares_weights(r, reference)
+            ]
+            claimed.update(r["config"] for r in [reference, *group])
+            result += [
+                Speedup(
+                    r["config"],
+                    reference["config"],
+                    ratio_points(cells, r["config"], reference["config"], column),
+                )
+                for r in group
+            ]
+    return result
+
+
+def _bytes_per_token(row: Mapping[str, Any]) -> float:
+    # unknown sizes sort last: such a config is compared to a known one, not used as reference
+    return -math.inf if missing(row.get("active_weight_gb")) else float(row["active_weight_gb"])
+
+
+# --- how a ratio changes with depth ------------------------------------------------------
+
+PAYS_EVERYWHERE = "pays at every depth"
+LOSES_EVERYWHERE = "never faster"
+TIES_EVERYWHERE = "tie at every depth"
+PAYS_BELOW = "pays only below a depth"
+PAYS_FROM = "pays only from a depth"
+MIXED = "mixed"
 
 
 @dataclass(frozen=True)
-class AxisComparison:
-    """Configs that differ only in ``axis`` (checkpoint or speculation), compared at one depth
-    (engines are compared on shared weights instead: ``engine_comparisons``)."""
+class Pattern:
+    """What a ratio over depth comes to, in the terms a user acts on. ``boundary`` is the first
+    depth it stops winning (PAYS_BELOW) or the first depth of its closing run of wins
+    (PAYS_FROM); None for the other kinds."""
 
-    axis: str
-    fixed: dict[str, str]  # the other axes' values
-    depth: int
-    values: dict[str, Measure]  # axis value -> measure
-    configs: dict[str, str]  # axis value -> config name
+    kind: str
+    boundary: int | None = None
 
 
-AXES = {"engine": "engine_label", "checkpoint": "quantization", "speculation": "speculation_label"}
+def pattern(s: Speedup) -> Pattern:
+    outcomes = [p.outcome for p in s.points]
+    if all(o == WIN for o in outcomes):
+        return Pattern(PAYS_EVERYWHERE)
+    if all(o == TIE for o in outcomes):
+        return Pattern(TIES_EVERYWHERE)
+    if WIN not in outcomes:
+        return Pattern(LOSES_EVERYWHERE)
+    first_win = outcomes.index(WIN)
+    if first_win == 0:
+        stop = next(i for i, o in enumerate(outcomes) if o != WIN)
+        if WIN not in outcomes[stop:]:
+            return Pattern(PAYS_BELOW, s.points[stop].depth)
+    elif all(o == WIN for o in outcomes[first_win:]):
+        return Pattern(PAYS_FROM, s.points[first_win].depth)
+    return Pattern(MIXED)
 
 
-def axis_comparisons(frame: pd.DataFrame, axis: str, column: str = "decode_tps") -> list[AxisComparison]:
-    """Groups of configs equal on every axis but ``axis``, at the smallest depth they all
-    measured."""
-    ok = measured(frame)
-    cells_by_key = cell_index(ok)
-    others = [a for a in AXES if a != axis]
-    meta = frame.drop_duplicates("config")
+def fold(s: Speedup) -> float:
+    """How much a comparison matters: its largest ratio or inverse ratio at any depth, outside
+    the runs' spread (a tie counts as no difference)."""
+    return max(
+        (
+            p.speedup.mean if p.speedup.mean >= 1 else 1 / p.speedup.mean
+            for p in s.points
+            if p.outcome != TIE and p.speedup.mean > 0
+        ),
+        default=1.0,
+    )
+
+
+# --- context depth -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DepthCost:
+    """A config's decode and TTFT at its shallowest and deepest measured depth."""
+
+    config: str
+    first_depth: int
+    last_depth: int
+    first_decode: Measure
+    last_decode: Measure
+    last_ttft_ms: Measure | None
+
+    @property
+    def kept(self) -> float:
+        """The share of its shallow decode rate a config keeps at its deepest depth."""
+        return self.last_decode.mean / self.first_decode.mean
+
+
+def depth_costs(frame: pd.DataFrame) -> list[DepthCost]:
+    cells = cell_index(measured(frame))
     result = []
-    for key, group in meta.groupby(others, sort=False):
-        if group[axis].nunique() < 2:
+    for config in config_order(frame):
+        depths = sorted(d for c, d in cells if c == config)
+        decodes = {d: measure_at(cells, config, d, "decode_tps") for d in depths}
+        depths = [d for d in depths if decodes[d] is not None and decodes[d].mean > 0]
+        if len(depths) < 2:
             continue
-        configs = dict(zip(group[AXES[axis]], group["config"], strict=False))
-        cells = ok[ok["config"].isin(configs.values())]
-        common = set.intersection(
-            *(set(cells[cells["config"] == c]["context_tokens"]) for c in configs.values())
-        )
-        if not common:
-            continue
-        depth = int(min(common))
-        values = {label: measure_at(cells_by_key, c, depth, column) for label, c in configs.items()}
-        if any(v is None for v in values.values()):
-            continue
-        fixed = dict(zip(others, key if isinstance(key, tuple) else (key,), strict=True))
-        result.append(AxisComparison(axis, fixed, depth, values, configs))
+        first, last = depths[0], depths[-1]
+        ttft = measure_at(cells, config, last, "ttft_ms")
+        result.append(DepthCost(config, first, last, decodes[first], decodes[last], ttft))
     return result
 
 
@@ -336,7 +421,7 @@ def rooflines(frame: pd.DataFrame, memory_bandwidth_gb_s: float | None) -> list[
     result = []
     for config in config_order(frame):
         rows = ok[ok["config"] == config].sort_values("context_tokens")
-        if rows.empty or _missing(rows.iloc[0]["active_weight_gb"]):
+        if rows.empty or missing(rows.iloc[0]["active_weight_gb"]):
             continue
         row = rows.iloc[0]
         decode = Measure.of(row["decode_tps"], row["decode_tps_std"])
@@ -361,7 +446,7 @@ def acceptance_by_position(frame: pd.DataFrame) -> dict[str, list[float] | None]
         totals: list[float] = []
         drafts = 0.0
         for _, row in ok[ok["config"] == config].iterrows():
-            if _missing(row["acceptance_per_position"]) or _missing(row["spec_drafts"]):
+            if missing(row["acceptance_per_position"]) or missing(row["spec_drafts"]):
                 continue
             rates = json.loads(row["acceptance_per_position"])
             totals += [0.0] * (len(rates) - len(totals))
@@ -386,7 +471,7 @@ class Capacity:
 
 def meets(row: Mapping[str, Any], targets: Mapping[str, float]) -> bool:
     return all(
-        not _missing(row[metric]) and float(row[metric]) <= target for metric, target in targets.items()
+        not missing(row[metric]) and float(row[metric]) <= target for metric, target in targets.items()
     )
 
 

@@ -8,14 +8,23 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
 from gridbench.aggregate import analysis
-from gridbench.aggregate.analysis import LOSS, TIE, WIN, Measure
+from gridbench.aggregate.analysis import LOSS, WIN, Measure
+from gridbench.aggregate.checks import run_checks
+from gridbench.aggregate.text import DASH, num, pct, pm, ratio_text, span
+from gridbench.aggregate.verdict import (
+    MARKS,
+    capacity_targets,
+    config_meta,
+    runs_text,
+    targets_text,
+    verdict_lines,
+)
 from gridbench.grid import Grid
 
 GRAPH_TITLES = {
@@ -30,39 +39,9 @@ GRAPH_TITLES = {
     "natural_ttft_vs_concurrency": "Natural prompts: TTFT p50 and p95 vs concurrency",
     "natural_tpot_vs_concurrency": "Natural prompts: TPOT p50 and p95 vs concurrency",
 }
-DASH = "—"
-MARKS = {WIN: "faster", LOSS: "slower", TIE: "tie"}
 
 
 # --- formatting -------------------------------------------------------------------------
-
-
-def _decimals(value: float) -> int:
-    magnitude = abs(value)
-    return 0 if magnitude >= 100 else 1 if magnitude >= 10 else 2
-
-
-def num(value: Any, decimals: int | None = None) -> str:
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-        return DASH
-    value = float(value)
-    return f"{value:.{_decimals(value) if decimals is None else decimals}f}"
-
-
-def pm(measure: Measure | None) -> str:
-    """mean ± std with the mean's precision."""
-    if measure is None:
-        return DASH
-    decimals = _decimals(measure.mean)
-    return f"{measure.mean:.{decimals}f} ± {measure.std:.{decimals}f}"
-
-
-def ratio_text(measure: Measure) -> str:
-    return f"{measure.mean:.2f} ± {measure.std:.2f}×"
-
-
-def pct(value: float) -> str:
-    return f"{value * 100:.0f} %"
 
 
 def cell_text(value: Any) -> str:
@@ -104,6 +83,7 @@ def render_report(
         f"# {study.get('title') or 'gridbench comparison'}",
         partial_banner(dataset, natural),
         "## Verdict\n\n" + verdict(grid, dataset, natural),
+        "## Checks\n\n" + checks_section(grid, dataset, natural),
         "## Method\n\n" + method(grid, dataset, natural),
         "## Environment and provenance\n\n" + environment(grid, dataset, natural),
         "## Configs\n\n" + configs_table(grid, dataset),
@@ -153,57 +133,29 @@ def partial_banner(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
 
 
 def verdict(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
-    bullets = []
-    if analysis.measured(dataset).empty:
-        bullets.append("No depth cell was measured: there is nothing to compare.")
-    bullets += engine_verdict(dataset)
-    bullets += pairwise_verdict(dataset, "checkpoint")
-    bullets += pairwise_verdict(dataset, "speculation", speculative_only=True)
-    bullets += speculation_verdict(dataset, grid.study)
-    bullets += roofline_verdict(dataset, grid.study)
-    if natural is not None:
-        bullets += natural_verdict(natural, grid.study)
-    failed = _failed(dataset) + _failed(natural)
-    if failed:
-        cells = "1 cell" if failed == 1 else f"{failed} cells"
-        bullets.append(f"{cells} failed; every statement here uses measured cells only.")
-    return "\n".join(f"- {b}" for b in bullets)
-
-
-def engine_verdict(dataset: pd.DataFrame) -> list[str]:
-    """One line per engine pair on the same weights, the largest difference first; the pairs
-    that tie at every depth share one line."""
-    labels = engine_pair_labels(dataset)
-    comparisons = [c for c in analysis.engine_comparisons(dataset) if c.points]
-    ties = [c for c in comparisons if c.all_tie]
-    lines = []
-    for c in sorted(comparisons, key=lambda c: c.largest_fold, reverse=True):
-        if c in ties:
-            continue
-        points = _oriented(c)[2]
-        ends = dict.fromkeys((points[0], points[-1]))
-        values = "; ".join(f"at {p.depth}: {pm(p.config)} vs {pm(p.baseline)} tok/s" for p in ends)
-        lines.append(f"{engine_summary(c, labels)} ({values}).")
-    if ties:
-        pairs = [f"{labels[c.config]} and {labels[c.baseline]} ({_depth_span(c.points)})" for c in ties]
+    lines = verdict_lines(dataset, natural, grid.study)
+    # a caveat belongs next to the conclusions it qualifies, not only further down
+    checks = run_checks(dataset, natural, grid.study)
+    warned = [check.title for check in checks if check.triggered]
+    if warned:
         lines.append(
-            "Engines tie on decode at every depth both measured, within the runs' spread: "
-            + "; ".join(pairs)
-            + "."
+            f"Read these with the [Checks](#checks): {len(warned)} of {len(checks)} "
+            f"{'warns' if len(warned) == 1 else 'warn'} "
+            f"({'; '.join(warned)})."
         )
-    return lines
+    return "\n".join(f"- {line}" for line in lines)
+
+
+def checks_section(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
+    lines = [f"- {check.line}" for check in run_checks(dataset, natural, grid.study)]
+    return (
+        "What an expert would question before trusting these numbers; a warning names the cells "
+        "and, where known, what typically causes it.\n\n" + "\n".join(lines)
+    )
 
 
 def engine_pair_labels(dataset: pd.DataFrame) -> dict[str, str]:
-    """config -> what tells it apart in an engine comparison: engine and quantization (e.g.
-    vLLM BF16), and its speculation when it speculates."""
-    labels = {}
-    for row in dataset.drop_duplicates("config").to_dict("records"):
-        label = f"{row['engine_label']} {row['quantization']}"
-        if row["speculation_method"] != "none":
-            label += f" + {row['speculation_label']}"
-        labels[row["config"]] = label
-    return labels
+    return {config: meta.pair_label for config, meta in config_meta(dataset).items()}
 
 
 def _oriented(c: analysis.Speedup) -> tuple[str, str, list[analysis.SpeedupPoint]]:
@@ -240,75 +192,6 @@ def engine_summary(c: analysis.Speedup, labels: Mapping[str, str]) -> str:
     return f"{text}: " + ", ".join(runs)
 
 
-def _fixed_label(dataset: pd.DataFrame, fixed: Mapping[str, str]) -> str:
-    meta = dataset.drop_duplicates("config")
-    parts = []
-    for axis, value in fixed.items():
-        labels = meta[meta[axis] == value][analysis.AXES[axis]]
-        parts.append(str(labels.iloc[0]) if not labels.empty else str(value))
-    return " · ".join(parts)
-
-
-def pairwise_verdict(dataset: pd.DataFrame, axis: str, speculative_only: bool = False) -> list[str]:
-    """Each pair of values of ``axis`` (checkpoint or speculation) compared with the other
-    axes fixed, pooled over the groups where both were measured."""
-    others = "/".join(a for a in analysis.AXES if a != axis)
-    methods = dataset.drop_duplicates("config").set_index("config")["speculation_method"]
-    pooled: dict[tuple[str, str], list[tuple[analysis.AxisComparison, str]]] = {}
-    for comparison in analysis.axis_comparisons(dataset, axis):
-        labels = [
-            label
-            for label, config in comparison.configs.items()
-            if not speculative_only or methods[config] != "none"
-        ]
-        for i, a in enumerate(labels):
-            for b in labels[i + 1 :]:
-                pair = tuple(sorted((a, b)))
-                outcome = comparison.values[pair[0]].versus(comparison.values[pair[1]])
-                pooled.setdefault(pair, []).append((comparison, outcome))
-    lines = []
-    for (a, b), items in pooled.items():
-        wins = [c for c, o in items if o == WIN]
-        losses = [c for c, o in items if o == LOSS]
-        ties = len(items) - len(wins) - len(losses)
-        if not wins and not losses:
-            lines.append(
-                f"{a} and {b} tie on decode at depth {items[0][0].depth} "
-                f"({len(items)} {others} pair(s), within the runs' spread)."
-            )
-            continue
-        if wins and losses:
-            parts = [
-                f"{'faster' if o == WIN else 'slower' if o == LOSS else 'tie'} on "
-                f"{_fixed_label(dataset, c.fixed)} ({ratio_text(c.values[a].ratio(c.values[b]))})"
-                for c, o in items
-            ]
-            lines.append(f"{a} against {b} on decode is mixed: {a} is " + "; ".join(parts) + ".")
-            continue
-        fast, slow = (a, b) if wins else (b, a)
-        decided = wins or losses
-        ratios = [c.values[fast].ratio(c.values[slow]) for c in decided]
-        example = decided[0]
-        low, high = f"{min(r.mean for r in ratios):.2f}", f"{max(r.mean for r in ratios):.2f}"
-        spread = ratio_text(ratios[0])
-        if len(decided) > 1:
-            span = low if low == high else f"{low}–{high}"
-            spread = f"{span}× on {len(decided)} {others} pairs"
-        tie_note = f", tie on {ties} more" if ties else ""
-        median = statistics.median(r.mean for r in ratios)
-        claim = (
-            f"≈ {median:.1f}× {slow} on decode"
-            if median >= 1.5
-            else f"decodes {pct(median - 1)} faster than {slow}"
-        )
-        lines.append(
-            f"{fast} {claim} at depth "
-            f"{example.depth} ({spread}{tie_note}; e.g. {_fixed_label(dataset, example.fixed)}: "
-            f"{pm(example.values[fast])} vs {pm(example.values[slow])} tok/s)."
-        )
-    return lines
-
-
 def _crossover_text(s: analysis.Speedup) -> str:
     crossover = s.crossover
     if crossover:
@@ -326,111 +209,11 @@ def _crossover_text(s: analysis.Speedup) -> str:
         if len(s.points) == 1:
             return f"faster at the one depth measured ({s.points[0].depth})"
         return f"faster at every depth measured ({s.points[0].depth}–{s.points[-1].depth})"
+    if outcomes == {LOSS}:
+        return f"slower at every depth measured ({span(s.points[0].depth, s.points[-1].depth)})"
     if WIN not in outcomes:
-        return "never faster: " + ", ".join(
-            f"{o} {a}–{b}" if a != b else f"{o} at {a}" for o, a, b in s.runs()
-        )
-    return ", ".join(f"{o} {a}–{b}" if a != b else f"{o} at {a}" for o, a, b in s.runs())
-
-
-def speculation_verdict(dataset: pd.DataFrame, study: Mapping[str, Any]) -> list[str]:
-    meta = dataset.drop_duplicates("config").set_index("config")
-    lines = []
-    for s in analysis.speedups(dataset, study):
-        if not s.points:
-            continue
-        first, last = s.points[0], s.points[-1]
-        best = max(s.points, key=lambda p: p.speedup.mean)
-        label = meta.at[s.config, "speculation_label"]
-        text = (
-            f"{s.config} ({label}) over {s.baseline}: {ratio_text(first.speedup)} at depth {first.depth} "
-            f"({pm(first.config)} vs {pm(first.baseline)} tok/s)"
-        )
-        if best is not first:
-            text += f", best {ratio_text(best.speedup)} at {best.depth}"
-        text += f"; {_crossover_text(s)}"
-        crossover = s.crossover
-        if crossover:
-            after = next(p for p in s.points if p.depth == crossover[1])
-            text += f"; at {after.depth}: {pm(after.config)} vs {pm(after.baseline)} tok/s"
-        if last is not first and (not crossover or last.depth != crossover[1]):
-            text += f"; at {last.depth}: {pm(last.config)} vs {pm(last.baseline)} tok/s"
-        lines.append(text + ".")
-    return lines
-
-
-def roofline_verdict(dataset: pd.DataFrame, study: Mapping[str, Any]) -> list[str]:
-    bandwidth = (study.get("hardware") or {}).get("memory_bandwidth_gb_s")
-    methods = dataset.drop_duplicates("config").set_index("config")["speculation_method"]
-    lines = analysis.rooflines(dataset, bandwidth)
-    result = []
-    for kind, group in (
-        ("Without", [r for r in lines if methods[r.config] == "none"]),
-        ("With", [r for r in lines if methods[r.config] != "none"]),
-    ):
-        if not group:
-            continue
-        low = min(group, key=lambda r: r.realised)
-        high = max(group, key=lambda r: r.realised)
-        span = (
-            f"{pct(low.realised)} ({low.config}, {num(low.decode.mean)} of {num(low.ceiling_tok_s)} tok/s)"
-            if low is high
-            else f"{pct(low.realised)} ({low.config}) to {pct(high.realised)} ({high.config}, "
-            f"{num(high.decode.mean)} of {num(high.ceiling_tok_s)} tok/s)"
-        )
-        result.append(
-            f"{kind} speculation, decode at depth {low.depth} realises {span} of the bandwidth "
-            f"roofline ({bandwidth} GB/s ÷ active weights per token)."
-        )
-    return result
-
-
-def natural_verdict(natural: pd.DataFrame, study: Mapping[str, Any]) -> list[str]:
-    ok = natural[natural["status"] == "ok"].dropna(subset=["output_tok_s"])
-    lines = []
-    if not ok.empty:
-        best = ok.sort_values("output_tok_s", ascending=False, kind="stable").iloc[0]
-        lines.append(
-            f"Highest natural-prompt aggregate throughput: {best['config']} on {best['prompt_class']} "
-            f"at c={best['concurrency']}, {num(best['output_tok_s'])} tok/s."
-        )
-        short = _short_outputs(ok)
-        if short:
-            lines.append(
-                "Median output stops well short of max_tokens for "
-                + ", ".join(f"{cls} ({tokens} of {limit} tokens)" for cls, tokens, limit in short)
-                + ": those levels measure prompt processing more than decode."
-            )
-    targets = capacity_targets(study)
-    if targets:
-        per_config: dict[str, list[str]] = {}
-        measured = set(zip(ok["config"], ok["prompt_class"], strict=True))
-        for cap in analysis.capacities(natural, targets):
-            if (cap.config, cap.prompt_class) not in measured:
-                continue  # failed or never ran: nothing is known of its capacity
-            per_config.setdefault(cap.config, []).append(
-                f"c={cap.concurrency} on {cap.prompt_class}"
-                if cap.concurrency
-                else f"none on {cap.prompt_class}"
-            )
-        lines += [
-            f"Under {targets_text(targets)}, {config} sustains " + ", ".join(parts) + "."
-            for config, parts in per_config.items()
-        ]
-    return lines
-
-
-def _short_outputs(ok: pd.DataFrame) -> list[tuple[str, int, int]]:
-    result = []
-    for prompt_class, group in ok.groupby("prompt_class", sort=False):
-        limit = group["max_tokens"].dropna()
-        tokens = group["output_tokens_p50"].dropna()
-        if limit.empty or tokens.empty:
-            continue
-        median = int(tokens.median())
-        if median < 0.5 * int(limit.max()):
-            result.append((str(prompt_class), median, int(limit.max())))
-    return result
+        return "never faster: " + runs_text(s)
+    return runs_text(s)
 
 
 # --- method and environment -------------------------------------------------------------
@@ -478,6 +261,11 @@ def method(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> s
         "(`checkpoints.*.weights`, else the checkpoint) with the same speculation method and draft "
         "length, decode tok/s on the engine that comes first in the config order ÷ decode tok/s on "
         "the other, at every depth both measured.",
+        "- Quantization: each non-speculative config ÷ the config on the same engine that serves "
+        "the same model (`checkpoints.*.weights`; where no checkpoint declares one, one model per engine) "
+        "in the most bytes per token, at every depth both measured.",
+        "- Verdict: one line per finding, configs that share a conclusion merged, ordered by the "
+        "largest ratio each rests on, either way (0.5× counts as much as 2×; a tie as none).",
         "- Roofline: ceiling = memory bandwidth ÷ gigabytes of active weights read per token "
         "(`study.hardware.memory_bandwidth_gb_s`, `checkpoints.*.active_weight_gb`); realised = "
         "measured decode ÷ ceiling, at the smallest depth measured.",
@@ -888,15 +676,6 @@ def natural_section(natural: pd.DataFrame | None) -> str:
 
 def _na(value: Any) -> bool:
     return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
-
-
-def capacity_targets(study: Mapping[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in (study.get("capacity") or {}).items() if v is not None}
-
-
-def targets_text(targets: Mapping[str, float]) -> str:
-    names = {"ttft_ms_p50": "TTFT p50", "tpot_ms_p50": "TPOT p50"}
-    return " and ".join(f"{names.get(k, k)} ≤ {num(v)} ms" for k, v in targets.items())
 
 
 def capacity_section(natural: pd.DataFrame | None, study: Mapping[str, Any]) -> str:
