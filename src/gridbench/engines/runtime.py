@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from gridbench.engines.allocation import cuda_visible_devices, sweep_owner
+from gridbench.engines.allocation import cuda_visible_devices, process_start_time, sweep_owner
 from gridbench.engines.commands import LaunchPlan
 from gridbench.errors import EngineError, EngineStartError, ImageNotFoundError
 from gridbench.grid import ServingConfig
@@ -81,14 +81,14 @@ class ProcessRuntime:
             "runtime": "process",
             "pid": proc.pid,
             "name": name,
-            "start_time": _process_start_time(proc.pid),
+            "start_time": process_start_time(proc.pid),
             "log_path": str(log_path),
             "log_offset": offset,
         }
 
     def is_running(self, handle):
         pid = handle["pid"]
-        start = _process_start_time(pid)
+        start = process_start_time(pid)
         if start is None or start != handle.get("start_time"):
             return False  # gone, or the pid now belongs to another process
         with contextlib.suppress(ChildProcessError):
@@ -118,14 +118,6 @@ class ProcessRuntime:
 
     def image_info(self, cfg):
         return {"image": None, "image_id": None, "image_digest": None, "command": list(cfg.engine.command)}
-
-
-def _process_start_time(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def _process_state(pid: int) -> str | None:
