@@ -37,7 +37,7 @@ class Runtime(Protocol):
     ) -> dict[str, Any]: ...
     def is_running(self, handle: Mapping[str, Any]) -> bool: ...
     def log_tail(self, handle: Mapping[str, Any], lines: int = 40) -> str: ...
-    def stop(self, handle: Mapping[str, Any]) -> None: ...
+    def stop(self, handle: Mapping[str, Any], grace_s: float = 15.0) -> None: ...
     def image_info(self, cfg: ServingConfig) -> dict[str, Any]: ...
 
 
@@ -100,11 +100,11 @@ class ProcessRuntime:
     def log_tail(self, handle, lines=40):
         return _tail(Path(handle["log_path"]), lines, handle.get("log_offset", 0))
 
-    def stop(self, handle):
+    def stop(self, handle, grace_s=15.0):
         if not self.is_running(handle):
             return
         pid = handle["pid"]
-        for sig, wait_s in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, sig)
             deadline = time.monotonic() + wait_s
@@ -228,12 +228,12 @@ class DockerRuntime:
             return _tail(Path(handle["log_path"]), lines)
         return container.logs(tail=lines).decode(errors="replace")
 
-    def stop(self, handle):
+    def stop(self, handle, grace_s=15.0):
         container = self._container(handle)
         if container is None:
             return
         with contextlib.suppress(self.errors.APIError):
-            container.stop(timeout=15)
+            container.stop(timeout=grace_s)
         with contextlib.suppress(self.errors.APIError), Path(handle["log_path"]).open("ab") as log:
             log.write(container.logs())
         with contextlib.suppress(self.errors.NotFound):
