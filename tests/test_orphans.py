@@ -19,6 +19,7 @@ from conftest import write_config
 from gridbench.engines.allocation import SWEEP_VARIABLE, process_gone, process_identity
 from gridbench.engines.manager import SlotManager
 from gridbench.engines.runtime import runtime_for
+from gridbench.errors import EngineError
 from test_engines import grid_for
 from test_workflow import engine_alive, in_runtime, slot_state, snakemake, wait_for_measuring
 
@@ -149,3 +150,31 @@ def test_sigkill_to_a_sweep_mid_cell_stops_its_engine_within_seconds(workdir, de
     assert failure["config"] == "D_q8_0_n0"
     assert not (workdir / "results/raw/D_q8_0_n0/depth_256.json").exists()
     assert [e["by"] for e in events(workdir) if e["event"] == "reclaim"] == ["watchdog"]
+
+
+def test_a_reused_engine_whose_watchdog_was_killed_gets_a_new_one(workdir, stand_in_sweep):
+    grid = grid_for("process")
+    manager = SlotManager(["cpu"])
+    with manager.lease(grid.configs["D_f16_n0"]) as engine:
+        pass
+    first = slot_state()["watchdog"]
+    os.kill(first["pid"], signal.SIGKILL)
+    wait_until(lambda: process_gone(first), 5, "the killed watchdog is gone")
+    with manager.lease(grid.configs["D_f16_n0"]) as again:
+        assert again.reused
+    second = slot_state()["watchdog"]
+    assert second != first and not process_gone(second)
+    kill_sweep(stand_in_sweep)
+    wait_until(lambda: not running(engine.handle), GONE_WITHIN_S, "the engine stopped by its new watchdog")
+
+
+def test_a_cell_whose_sweep_is_gone_starts_no_engine(workdir, stand_in_sweep):
+    """A cell that outlived its killed sweep (Snakemake's children survive it) would start
+    an engine only for the watchdog to stop it: it fails at once and says so."""
+    kill_sweep(stand_in_sweep)
+    grid = grid_for("process")
+    gone = f"the sweep that runs this cell \\(process {stand_in_sweep.pid}\\) is gone"
+    with pytest.raises(EngineError, match=gone):
+        with SlotManager(["cpu"]).lease(grid.configs["D_f16_n0"]):
+            pass
+    assert not list(Path(os.environ["GRIDBENCH_SLOT_DIR"]).glob("slot-*.json"))
