@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
 from pathlib import Path
 
-from gridbench.engines.allocation import allocated_gpus, cuda_visible_devices, sweep_owner
+from gridbench.engines.allocation import (
+    SWEEP_VARIABLE,
+    allocated_gpus,
+    claim_sweep,
+    cuda_visible_devices,
+    process_gone,
+    process_identity,
+    sweep_owner,
+    sweep_process,
+)
 from gridbench.provenance import gpus_of_slots
 
 
@@ -40,3 +52,41 @@ def test_provenance_names_each_slot_gpu_by_index_and_uuid():
     assert gpus_of_slots(rows, ["1"]) == [{"index": "1", "uuid": "GPU-bbbb", "name": "NVIDIA H200"}]
     assert [g["index"] for g in gpus_of_slots(rows, ["GPU-aaaa", "1"])] == ["0", "1"]
     assert gpus_of_slots([], ["0"]) == []  # no NVIDIA GPU: nothing to name
+
+
+def test_a_sweep_claims_its_engines_unless_it_runs_inside_a_live_sweep_on_this_host():
+
+    environ: dict[str, str] = {}
+    me = claim_sweep(environ)
+    assert me["pid"] == os.getpid() and sweep_process(environ) == me
+    # a Snakemake started by the sweep on this host (a group job, a job step) keeps its owner
+    parent = process_identity(os.getppid())
+    inherited = f"{parent['pid']}:{parent['start_time']}:{parent['host']}:{parent['boot_id']}"
+    environ = {SWEEP_VARIABLE: inherited}
+    assert claim_sweep(environ) == parent and environ[SWEEP_VARIABLE] == inherited
+    # a cluster job inherits the login node's sweep: there, the job's Snakemake owns the engines
+    elsewhere = f"{parent['pid']}:{parent['start_time']}:not-{socket.gethostname()}:{parent['boot_id']}"
+    assert claim_sweep({SWEEP_VARIABLE: elsewhere})["pid"] == os.getpid()
+    # a dead sweep's value (its pid reused, or gone) is not inherited
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    gone = f"{dead.pid}:{parent['start_time']}:{parent['host']}:{parent['boot_id']}"
+    assert claim_sweep({SWEEP_VARIABLE: gone})["pid"] == os.getpid()
+    # a cell run by hand belongs to the shell (or script) that ran it
+    assert sweep_process({}) == parent
+
+
+def test_a_process_is_gone_when_exited_or_a_zombie_and_never_judged_on_another_host():
+
+    child = subprocess.Popen(["sleep", "60"])
+    identity = process_identity(child.pid)
+    assert not process_gone(identity)
+    assert process_gone({**identity, "start_time": identity["start_time"] + 1})  # the pid reused
+    assert process_gone({**identity, "boot_id": "another boot"})  # the host rebooted
+    child.kill()
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not yet reaped
+    assert process_gone(identity)  # a zombie
+    child.wait()
+    assert process_gone(identity)
+    assert not process_gone({**identity, "host": "another-host"})  # not ours to judge
+    assert not process_gone(None)

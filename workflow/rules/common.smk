@@ -11,12 +11,16 @@ from snakemake.utils import validate
 
 from gridbench import layout
 from gridbench.cell import write_context
+from gridbench.engines.allocation import claim_sweep
 from gridbench.engines.manager import detect_gpus
 from gridbench.errors import GridbenchError
 from gridbench.files import atomic_write_text
 from gridbench.grid import Grid, read_config_file, validate_config
 from gridbench.plan import benchy_plan, natural_plan
 
+# This Snakemake (or the one that started it on this host) owns the engines its cells start:
+# a watchdog stops each engine once this process is gone, also after a kill -9.
+claim_sweep()
 CONFIG_FILES = [
     Path(p) for p in workflow.config_settings.configfiles or ["config/config.yaml"]
 ]

@@ -4,13 +4,22 @@ Inside a SLURM job the engines may only use the GPUs SLURM allocated to the job,
 belong to that job: several jobs of one sweep share the working directory (on the shared
 file system) and a node's slot directory, so the working directory alone would let one
 job's end stop another job's engines.
+
+The owner is also a process: the sweep's Snakemake (or, inside a cluster job, the job's
+Snakemake). An engine must not outlive it, so each engine records that process (pid,
+start time, host and boot) and a watchdog stops the engine once the process is gone; a
+sweep finding a slot whose owner process is gone reclaims it at once.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import socket
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
+from typing import Any
+
+SWEEP_VARIABLE = "GRIDBENCH_SWEEP_PROCESS"  # pid:start_time:host:boot_id of the sweep's Snakemake
 
 
 def _ids(value: str | None) -> list[str]:
@@ -41,3 +50,77 @@ def sweep_owner(environ: Mapping[str, str] = os.environ, cwd: Path | None = None
     workdir = str((cwd or Path.cwd()).resolve())
     job = environ.get("SLURM_JOB_ID")
     return f"{workdir} (SLURM job {job})" if job else workdir
+
+
+def process_start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot), None when there is no such process:
+    with the pid it names one process, even after the pid is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def process_identity(pid: int) -> dict[str, Any] | None:
+    """The process ``pid`` as a later process, on this host or not, can recognise it."""
+    start = process_start_time(pid)
+    if start is None:
+        return None
+    return {"pid": pid, "start_time": start, "host": socket.gethostname(), "boot_id": _boot_id()}
+
+
+def _format(identity: Mapping[str, Any]) -> str:
+    return f"{identity['pid']}:{identity['start_time']}:{identity['host']}:{identity['boot_id']}"
+
+
+def _parse(value: str | None) -> dict[str, Any] | None:
+    try:
+        pid, start, host, boot = (value or "").split(":", 3)
+        return {"pid": int(pid), "start_time": int(start), "host": host, "boot_id": boot}
+    except ValueError:
+        return None
+
+
+def process_gone(identity: Mapping[str, Any] | None) -> bool:
+    """Whether the process is known to be gone: on this host and boot, with no process of its
+    pid and start time (a zombie counts as gone). Another host's process is never judged."""
+    if not identity or identity.get("host") != socket.gethostname():
+        return False
+    if identity.get("boot_id") != _boot_id():
+        return True  # the host rebooted since: none of its processes survived
+    if process_start_time(identity["pid"]) != identity["start_time"]:
+        return True
+    try:
+        state = Path(f"/proc/{identity['pid']}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+def claim_sweep(environ: MutableMapping[str, str] = os.environ) -> dict[str, Any]:
+    """Make the calling process (a sweep's Snakemake) the owner of the engines its cells start.
+
+    A Snakemake started by another one on this host (a group job, a cluster job's step) keeps
+    the sweep it inherits while that process lives; one started on another node (a cluster
+    job inherits the login node's environment) or after its sweep died becomes the owner."""
+    inherited = _parse(environ.get(SWEEP_VARIABLE))
+    if inherited and inherited.get("host") == socket.gethostname() and not process_gone(inherited):
+        return inherited
+    identity = process_identity(os.getpid())
+    assert identity is not None  # this very process
+    environ[SWEEP_VARIABLE] = _format(identity)
+    return identity
+
+
+def sweep_process(environ: Mapping[str, str] = os.environ) -> dict[str, Any] | None:
+    """The process whose end ends the engines this process starts: the sweep that claimed it
+    (see claim_sweep), else the parent (the shell or script that ran a cell by hand)."""
+    return _parse(environ.get(SWEEP_VARIABLE)) or process_identity(os.getppid())

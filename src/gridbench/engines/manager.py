@@ -8,6 +8,11 @@ and who owns it (the working directory, and the SLURM job in it). A cell reuses 
 config's engine when one runs, waits for it while another cell of the config uses it,
 and otherwise starts one on free slots, stopping what ran there first: never two engines
 on one slot, never two engines of one config.
+
+An engine never outlives the sweep that owns it by more than a few seconds: the slot's
+JSON file also names the sweep's process (see allocation.claim_sweep), a watchdog started
+with each engine stops it once that process is gone, and a cell that finds a slot whose
+owner process is gone stops that engine at once (a ``reclaim`` event) instead of waiting.
 """
 
 from __future__ import annotations
@@ -20,14 +25,20 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from gridbench.engines import probe
-from gridbench.engines.allocation import allocated_gpus, sweep_owner
+from gridbench.engines import probe, watchdog
+from gridbench.engines.allocation import (
+    allocated_gpus,
+    process_gone,
+    process_identity,
+    sweep_owner,
+    sweep_process,
+)
 from gridbench.engines.commands import LaunchPlan, launch_plan
 from gridbench.engines.runtime import DockerRuntime, runtime_for
 from gridbench.errors import EngineError, PortInUseError, SlotBusyError
@@ -38,6 +49,7 @@ from gridbench.provenance import query_gpus
 log = logging.getLogger(__name__)
 
 ENGINE_LOG_DIR = Path("logs/engines")
+ORPHAN_GRACE_S = 3.0  # an engine whose sweep is gone gets this long to stop before SIGKILL
 
 
 def slot_dir() -> Path:
@@ -135,6 +147,7 @@ class SlotManager:
         # inside a cluster job only the GPUs the job was given are ours, whatever the config says
         self.slots = allocated_gpus() or slots or ["cpu"]
         self.owner = sweep_owner(cwd=workdir)
+        self.owner_process = sweep_process()  # the engines this cell starts end with it
         self.wait_s = float(os.environ.get("GRIDBENCH_SLOT_WAIT_S", 600)) if wait_s is None else wait_s
         self.dir = slot_dir()
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -198,7 +211,14 @@ class SlotManager:
             lock = self._try_lock(slot)
             state = self._read_state(slot)
             holder = None if lock else self._read_json(self._holder_path(slot))
-            views.append(_SlotView(slot, lock, state, self._alive(state), holder))
+            alive = self._alive(state)
+            if alive and process_gone(state.get("owner_process")):
+                # its sweep was killed without stopping it (and its watchdog did not yet)
+                by = f"a cell of the sweep in {self.owner}"
+                stop_orphan(state, self.dir, by=by, held=[slot] if lock else [])
+                alive = False
+                state = self._read_state(slot)
+            views.append(_SlotView(slot, lock, state, alive, holder))
         return views
 
     def _choose(
@@ -244,6 +264,12 @@ class SlotManager:
         deadline = time.monotonic() + self.wait_s
         announced = False
         while True:
+            if process_gone(self.owner_process):  # its engine would be stopped at once
+                raise EngineError(
+                    f"{cfg.name}: the sweep that runs this cell (process "
+                    f"{self.owner_process['pid']}) is gone; no engine is started for it",
+                    hint="run the sweep again: the cells it did not finish are redone",
+                )
             with self._flock("select.lock", blocking=True):
                 views = self._survey()
                 try:
@@ -303,6 +329,8 @@ class SlotManager:
             runtime = runtime_for(state["handle"]["runtime"])
             if runtime.is_running(state["handle"]):
                 _log_event("reuse", cfg.name, slot=slots[0], slots=list(slots), fingerprint=fingerprint)
+                if process_gone(state.get("watchdog")):  # killed by hand: the engine needs one
+                    self._watch(state, Path(state["handle"]["log_path"]))
                 return EngineLease(
                     config=cfg.name,
                     fingerprint=fingerprint,
@@ -366,6 +394,7 @@ class SlotManager:
         handle = runtime.start(cfg, plan, name=name, gpus=gpus, log_path=log_path, env=env)
         state = {
             "owner": self.owner,
+            "owner_process": self.owner_process,
             "config": cfg.name,
             "fingerprint": fingerprint,
             "slots": list(slots),
@@ -381,6 +410,7 @@ class SlotManager:
         headers = api_headers(cfg)
         what = f"engine {cfg.engine.name} for config {cfg.name}"
         try:
+            self._watch(state, log_path)  # from now on, the engine ends with its sweep
             ready_s = probe.wait_ready(
                 base_url=plan.base_url,
                 health_path=cfg.engine.health_path,
@@ -414,6 +444,13 @@ class SlotManager:
             image=image,
             headers=headers,
         )
+
+    def _watch(self, state: dict[str, Any], log_path: Path) -> None:
+        """Start the engine's watchdog and record it with the engine in its slots."""
+        proc = watchdog.start(state, self.dir, log_path)
+        state["watchdog"] = process_identity(proc.pid)
+        for member in state["slots"]:
+            self._write_state(member, state)
 
     def _stop_state(self, slot: str, state: dict[str, Any]) -> None:
         runtime_for(state["handle"]["runtime"]).stop(state["handle"])
@@ -465,6 +502,47 @@ class SlotManager:
                     }
                 )
         return rows
+
+
+def stop_orphan(state: dict[str, Any], slots_dir: Path, *, by: str, held: Collection[str] = ()) -> None:
+    """Stop an engine whose sweep is gone, free its slots and log a ``reclaim`` event.
+
+    A slot's record is removed only where no cell holds the slot (or the caller does: the
+    slots in ``held``); a cell that holds one finds the engine dead and cleans up itself."""
+    owner_pid = (state.get("owner_process") or {}).get("pid")
+    log.warning(
+        f"engine {state['config']} on slot {','.join(state['slots'])} outlived the sweep in "
+        f"{state['owner']} (its process {owner_pid} is gone): stopping it"
+    )
+    # nobody waits for its answers any more: a short grace, as a busy engine may ignore SIGTERM
+    runtime_for(state["handle"]["runtime"]).stop(state["handle"], grace_s=ORPHAN_GRACE_S)
+    _log_event(
+        "reclaim",
+        state["config"],
+        slot=state["slots"][0],
+        slots=list(state["slots"]),
+        fingerprint=state["fingerprint"],
+        owner=state["owner"],
+        owner_pid=owner_pid,
+        by=by,
+    )
+    for member in state["slots"]:
+        lock = None
+        if member not in held:
+            lock = (slots_dir / f"slot-{member}.lock").open("a")
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.close()
+                continue
+        try:
+            path = slots_dir / f"slot-{member}.json"
+            with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+                if json.loads(path.read_text())["handle"] == state["handle"]:
+                    path.unlink(missing_ok=True)
+        finally:
+            if lock:
+                lock.close()
 
 
 def remove_leftover_containers() -> list[str]:

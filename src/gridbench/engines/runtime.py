@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from gridbench.engines.allocation import cuda_visible_devices, sweep_owner
+from gridbench.engines.allocation import cuda_visible_devices, process_start_time, sweep_owner
 from gridbench.engines.commands import LaunchPlan
 from gridbench.errors import EngineError, EngineStartError, ImageNotFoundError
 from gridbench.grid import ServingConfig
@@ -37,7 +37,7 @@ class Runtime(Protocol):
     ) -> dict[str, Any]: ...
     def is_running(self, handle: Mapping[str, Any]) -> bool: ...
     def log_tail(self, handle: Mapping[str, Any], lines: int = 40) -> str: ...
-    def stop(self, handle: Mapping[str, Any]) -> None: ...
+    def stop(self, handle: Mapping[str, Any], grace_s: float = 15.0) -> None: ...
     def image_info(self, cfg: ServingConfig) -> dict[str, Any]: ...
 
 
@@ -81,14 +81,14 @@ class ProcessRuntime:
             "runtime": "process",
             "pid": proc.pid,
             "name": name,
-            "start_time": _process_start_time(proc.pid),
+            "start_time": process_start_time(proc.pid),
             "log_path": str(log_path),
             "log_offset": offset,
         }
 
     def is_running(self, handle):
         pid = handle["pid"]
-        start = _process_start_time(pid)
+        start = process_start_time(pid)
         if start is None or start != handle.get("start_time"):
             return False  # gone, or the pid now belongs to another process
         with contextlib.suppress(ChildProcessError):
@@ -100,11 +100,11 @@ class ProcessRuntime:
     def log_tail(self, handle, lines=40):
         return _tail(Path(handle["log_path"]), lines, handle.get("log_offset", 0))
 
-    def stop(self, handle):
+    def stop(self, handle, grace_s=15.0):
         if not self.is_running(handle):
             return
         pid = handle["pid"]
-        for sig, wait_s in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, sig)
             deadline = time.monotonic() + wait_s
@@ -118,14 +118,6 @@ class ProcessRuntime:
 
     def image_info(self, cfg):
         return {"image": None, "image_id": None, "image_digest": None, "command": list(cfg.engine.command)}
-
-
-def _process_start_time(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def _process_state(pid: int) -> str | None:
@@ -236,12 +228,12 @@ class DockerRuntime:
             return _tail(Path(handle["log_path"]), lines)
         return container.logs(tail=lines).decode(errors="replace")
 
-    def stop(self, handle):
+    def stop(self, handle, grace_s=15.0):
         container = self._container(handle)
         if container is None:
             return
         with contextlib.suppress(self.errors.APIError):
-            container.stop(timeout=15)
+            container.stop(timeout=grace_s)
         with contextlib.suppress(self.errors.APIError), Path(handle["log_path"]).open("ab") as log:
             log.write(container.logs())
         with contextlib.suppress(self.errors.NotFound):
