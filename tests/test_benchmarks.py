@@ -36,6 +36,17 @@ def test_paced_server_dates_a_request_when_the_kernel_received_it(monkeypatch):
         with socket.create_connection(listener.getsockname()) as client:
             conn, _ = listener.accept()
             with conn:
+                # Linux turns receive stamping on host-wide a moment after the first socket asks
+                # for it (a deferred static key), and TCP gives no stamp for a segment received
+                # before: exchange until one comes back stamped, as the server's warm traffic is
+                deadline = time.monotonic() + 5
+                while True:
+                    client.sendall(b"x")
+                    _, warm, _, _ = conn.recvmsg(16, socket.CMSG_SPACE(16))
+                    if fidelity.kernel_arrival_ns(warm) is not None:
+                        break
+                    assert time.monotonic() < deadline, "the kernel never stamped a received segment"
+                    time.sleep(0.01)
                 sent = time.perf_counter_ns()
                 client.sendall(b"GET / HTTP/1.1\r\n\r\n")
                 time.sleep(0.05)  # the server's loop is busy elsewhere
