@@ -89,6 +89,29 @@ print("engine starts:", starts)
 assert sorted(starts) == sorted(set(starts)) and len(starts) == 4, "one warm engine per config"
 PY
 
+step "the demo's explorer and Snakemake report in headless Chromium"
+snakemake -j1 --configfile config/demo.yaml --report report.html > logs/report/snakemake-report.log 2>&1
+python - <<'PY'
+import sys
+from pathlib import Path
+
+sys.path.insert(0, "tests")
+from browser import Chromium  # tests/browser.py: Chromium over the DevTools protocol, network off
+
+with Chromium() as browser:
+    browser.load(Path("dataset/explorer.html"))
+    drawn = browser.evaluate("document.querySelectorAll('.js-plotly-plot .scatterlayer .trace').length")
+    shown = browser.evaluate("document.getElementById('shown').textContent")
+    browser.screenshot(Path("logs/browser/demo-explorer.png"))
+    explorer_errors = browser.errors()
+    browser.load(Path("report.html"))
+    browser.screenshot(Path("logs/browser/demo-report.png"))
+    report_errors = browser.errors()
+print(f"demo explorer: {shown}, {drawn} drawn; console errors: {explorer_errors}; report.html: {report_errors}")
+assert drawn > 0 and shown == f"{drawn} of {drawn} traces shown", shown
+assert not explorer_errors and not report_errors
+PY
+
 # --- Scale-out on a cluster (issue 7): a real single-node SLURM from Debian's packages
 # (munge, slurmctld, slurmd on localhost, two placeholder GPUs), the demo grid through it
 # checked cell for cell against a local run, and a cell that fails on the node rerun alone.
