@@ -344,3 +344,51 @@ def test_depth_costs_from_the_shallowest_to_the_deepest_depth():
     assert (cost.config, cost.first_depth, cost.last_depth) == ("spec", 0, 65536)
     assert cost.kept == pytest.approx(0.5)
     assert cost.last_ttft_ms == Measure(9000.0, 0.0)
+
+
+def natural_levels(rows):
+    columns = [
+        "config",
+        "prompt_class",
+        "concurrency",
+        "status",
+        "req_tok_s_p50",
+        "output_tok_s",
+        "gpu_count",
+    ]
+    frame = pd.DataFrame(rows, columns=columns)
+    return frame.assign(ttft_ms_p50=100.0, tpot_ms_p50=[10.0 * r[2] for r in rows])
+
+
+def test_pareto_frontier_keeps_the_levels_no_other_beats_on_both_axes():
+    natural = natural_levels(
+        [
+            ("A", "code", 1, "ok", 100.0, 100.0, 1),  # most interactive: frontier
+            ("A", "code", 8, "ok", 40.0, 320.0, 1),  # frontier
+            ("B", "code", 1, "ok", 90.0, 90.0, 1),  # beaten by A c=1 on both
+            ("B", "code", 8, "ok", 40.0, 300.0, 1),  # as interactive as A c=8, less throughput
+            ("C", "code", 16, "ok", 20.0, 640.0, 2),  # 320 per GPU at 20 per user: beaten by A c=8
+            ("C", "code", 32, "failed", 50.0, 9999.0, 2),  # failed: never a point
+            ("B", "prose", 4, "ok", 10.0, 40.0, None),  # alone in its class (no GPU count: 1)
+        ]
+    )
+    points = analysis.pareto_points(natural, {})
+    frontier = {(p.config, p.prompt_class, p.concurrency) for p in points if p.on_frontier}
+    assert frontier == {("A", "code", 1), ("A", "code", 8), ("B", "prose", 4)}
+    c16 = next(p for p in points if p.config == "C")
+    assert (c16.tok_s_per_gpu, c16.gpus) == (320.0, 2) and len(points) == 6
+    assert all(p.meets_targets is None for p in points)
+
+
+def test_the_best_level_under_targets_is_the_most_throughput_per_gpu_that_meets_them():
+    natural = natural_levels(
+        [
+            ("A", "code", 1, "ok", 100.0, 100.0, 1),  # TPOT 10 ms
+            ("A", "code", 4, "ok", 60.0, 240.0, 1),  # TPOT 40 ms
+            ("A", "code", 8, "ok", 40.0, 320.0, 1),  # TPOT 80 ms: misses
+        ]
+    )
+    points = analysis.pareto_points(natural, {"tpot_ms_p50": 50.0})
+    best = analysis.best_under_targets(points)["code"]
+    assert (best.config, best.concurrency, best.on_frontier) == ("A", 4, True)
+    assert [p.meets_targets for p in points] == [True, True, False]

@@ -126,4 +126,14 @@ def test_the_workflow_declares_exactly_the_graphs_drawn():
     declared = re.findall(r'"graphs/(\w+)\.png"', rules)
     assert declared == [*layout.DEPTH_GRAPHS, *layout.NATURAL_GRAPHS]
     assert list(plots.LINE_GRAPHS) + list(plots.GROUPED_GRAPHS) == list(layout.DEPTH_GRAPHS[:5])
-    assert list(plots.NATURAL) == list(layout.NATURAL_GRAPHS)
+    assert list(plots.natural_figures(pd.DataFrame())) == list(layout.NATURAL_GRAPHS)
+
+
+def test_the_pareto_graph_draws_each_config_and_names_the_frontier(seed000_natural):
+    fig = plots.pareto_frontier(seed000_natural)
+    assert [ax.get_title() for ax in fig.axes] == ["code", "reasoning", "dialogue", "prose"]
+    code = fig.axes[0]
+    frontier = next(line for line in code.get_lines() if line.get_label() == "frontier")
+    assert list(frontier.get_xdata()) == sorted(frontier.get_xdata())  # most throughput to the left
+    named = [t.get_text() for t in code.texts]
+    assert "Q_nvfp4_dflash_k5 c=16" in named and len(named) == len(frontier.get_xdata())

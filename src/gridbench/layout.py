@@ -37,4 +37,19 @@ NATURAL_GRAPHS = (
     "natural_tok_s_vs_concurrency",
     "natural_ttft_vs_concurrency",
     "natural_tpot_vs_concurrency",
+    "natural_pareto",
 )
+# the report's heading of each graph
+GRAPH_TITLES = {
+    "decode_vs_context": "Decode throughput vs context depth",
+    "ttft_vs_context": "Time to first token vs context depth (log scale)",
+    "prefill_vs_context": "Prefill throughput vs context depth",
+    "decode_grouped": "Decode tok/s by config across context depths",
+    "ttft_grouped": "TTFT by config across context depths (log scale)",
+    "speedup_vs_context": "Decode speedup over each config's baseline",
+    "acceptance_per_position": "Speculative decoding acceptance, per draft position and per depth",
+    "natural_tok_s_vs_concurrency": "Natural prompts: aggregate output tok/s vs concurrency",
+    "natural_ttft_vs_concurrency": "Natural prompts: TTFT p50 and p95 vs concurrency",
+    "natural_tpot_vs_concurrency": "Natural prompts: TPOT p50 and p95 vs concurrency",
+    "natural_pareto": "Natural prompts: throughput per GPU against per-user speed (Pareto frontier)",
+}

@@ -78,6 +78,12 @@ rule plot_natural_graphs:
             category="Graphs",
             subcategory="Natural prompts",
         ),
+        report(
+            "graphs/natural_pareto.png",
+            caption="../report/natural_pareto.rst",
+            category="Graphs",
+            subcategory="Natural prompts",
+        ),
     log:
         "logs/graphs/natural.log",
     shell:

@@ -10,6 +10,7 @@ the combined spread of the runs; otherwise they tie. A missing std counts as 0.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -499,3 +500,71 @@ def capacities(natural: pd.DataFrame, targets: Mapping[str, float]) -> list[Capa
             )
         )
     return result
+
+
+# --- Pareto frontier: throughput per GPU against per-user speed --------------------------
+
+
+@dataclass(frozen=True)
+class ParetoPoint:
+    """One measured (config, prompt class, concurrency) level, as operators chart it."""
+
+    config: str
+    prompt_class: str
+    concurrency: int
+    per_user_tok_s: float  # each request's output tok/s, p50
+    tok_s_per_gpu: float  # aggregate output tok/s ÷ the config's GPUs (1 on a CPU)
+    gpus: int
+    ttft_ms_p50: float | None
+    tpot_ms_p50: float | None
+    on_frontier: bool
+    meets_targets: bool | None  # None: the study sets no latency targets
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if missing(value) else float(value)
+
+
+def pareto_points(natural: pd.DataFrame, targets: Mapping[str, float]) -> list[ParetoPoint]:
+    """Every measured level, flagged when no other level of its prompt class is at least as
+    fast per user and per GPU and faster in one of the two."""
+    ok = natural[natural["status"] == "ok"].dropna(subset=["req_tok_s_p50", "output_tok_s"])
+    points = []
+    for row in ok.to_dict("records"):
+        gpus = int(row["gpu_count"]) if not missing(row.get("gpu_count")) and row["gpu_count"] else 1
+        points.append(
+            ParetoPoint(
+                config=row["config"],
+                prompt_class=row["prompt_class"],
+                concurrency=int(row["concurrency"]),
+                per_user_tok_s=float(row["req_tok_s_p50"]),
+                tok_s_per_gpu=float(row["output_tok_s"]) / gpus,
+                gpus=gpus,
+                ttft_ms_p50=_float_or_none(row.get("ttft_ms_p50")),
+                tpot_ms_p50=_float_or_none(row.get("tpot_ms_p50")),
+                on_frontier=False,
+                meets_targets=meets(row, targets) if targets else None,
+            )
+        )
+
+    def dominated(p: ParetoPoint) -> bool:
+        return any(
+            q.prompt_class == p.prompt_class
+            and q.per_user_tok_s >= p.per_user_tok_s
+            and q.tok_s_per_gpu >= p.tok_s_per_gpu
+            and (q.per_user_tok_s > p.per_user_tok_s or q.tok_s_per_gpu > p.tok_s_per_gpu)
+            for q in points
+        )
+
+    return [dataclasses.replace(p, on_frontier=not dominated(p)) for p in points]
+
+
+def best_under_targets(points: Sequence[ParetoPoint]) -> dict[str, ParetoPoint]:
+    """Per prompt class, the level with the most throughput per GPU that meets the targets."""
+    best: dict[str, ParetoPoint] = {}
+    for p in points:
+        if p.meets_targets and (
+            p.prompt_class not in best or p.tok_s_per_gpu > best[p.prompt_class].tok_s_per_gpu
+        ):
+            best[p.prompt_class] = p
+    return best

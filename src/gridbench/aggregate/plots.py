@@ -17,6 +17,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
+from gridbench import layout
 from gridbench.aggregate import analysis
 from gridbench.files import atomic_write_bytes
 
@@ -377,6 +378,61 @@ def natural_vs_concurrency(natural: pd.DataFrame, spec: NaturalGraph) -> Figure:
     return fig
 
 
+def pareto_frontier(natural: pd.DataFrame) -> Figure:
+    """Per prompt class: every level's throughput per GPU against its per-user speed, each
+    config's levels joined in concurrency order, the frontier drawn and its levels named."""
+    points = analysis.pareto_points(natural, {})
+    classes = list(dict.fromkeys(p.prompt_class for p in points)) or ["(none)"]
+    ncols = min(2, len(classes))
+    nrows = (len(classes) + ncols - 1) // ncols
+    fig, axes = _figure(
+        layout.GRAPH_TITLES["natural_pareto"], ncols=ncols, nrows=nrows, size=(12, 4.2 * nrows + 1.3)
+    )
+    for ax in axes[len(classes) :]:
+        ax.set_visible(False)
+    styles = config_styles(natural) if not natural.empty else {}
+    for ax, prompt_class in zip(axes, classes, strict=False):
+        ax.set_title(prompt_class, fontsize=10)
+        mine = [p for p in points if p.prompt_class == prompt_class]
+        if not mine:
+            _no_data(ax, "no measured cell")
+            continue
+        for config in analysis.config_order(natural):
+            levels = sorted((p for p in mine if p.config == config), key=lambda p: p.concurrency)
+            if levels:
+                style = styles[config]
+                ax.plot(
+                    [p.per_user_tok_s for p in levels],
+                    [p.tok_s_per_gpu for p in levels],
+                    color=style.color,
+                    marker=style.marker,
+                    linestyle=":",
+                    linewidth=1,
+                    label=style.label,
+                )
+        frontier = sorted((p for p in mine if p.on_frontier), key=lambda p: p.per_user_tok_s)
+        ax.plot(
+            [p.per_user_tok_s for p in frontier],
+            [p.tok_s_per_gpu for p in frontier],
+            color="black",
+            linewidth=1.5,
+            drawstyle="steps-pre",  # the staircase under the points: what some level beats
+            label="frontier",
+        )
+        for p in frontier:
+            ax.annotate(
+                f"{p.config} c={p.concurrency}",
+                (p.per_user_tok_s, p.tok_s_per_gpu),
+                fontsize=7,
+                xytext=(4, 4),
+                textcoords="offset points",
+            )
+        ax.set_xlabel("per-user output tok/s (p50)")
+        ax.set_ylabel("aggregate output tok/s per GPU")
+    _legend(axes[0])
+    return fig
+
+
 # --- writing ----------------------------------------------------------------------------
 
 
@@ -392,7 +448,11 @@ def depth_figures(frame: pd.DataFrame, study: Mapping[str, Any]) -> dict[str, Ca
 
 
 def natural_figures(natural: pd.DataFrame) -> dict[str, Callable[[], Figure]]:
-    return {name: (lambda spec=spec: natural_vs_concurrency(natural, spec)) for name, spec in NATURAL.items()}
+    figures = {
+        name: (lambda spec=spec: natural_vs_concurrency(natural, spec)) for name, spec in NATURAL.items()
+    }
+    figures["natural_pareto"] = lambda: pareto_frontier(natural)
+    return figures
 
 
 def save(figures: Mapping[str, Callable[[], Figure]], outdir: Path) -> list[Path]:

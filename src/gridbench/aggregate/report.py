@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from gridbench import layout
 from gridbench.aggregate import analysis
 from gridbench.aggregate.analysis import LOSS, WIN, Measure
 from gridbench.aggregate.checks import run_checks
@@ -26,20 +27,6 @@ from gridbench.aggregate.verdict import (
     verdict_lines,
 )
 from gridbench.grid import Grid
-
-GRAPH_TITLES = {
-    "decode_vs_context": "Decode throughput vs context depth",
-    "ttft_vs_context": "Time to first token vs context depth (log scale)",
-    "prefill_vs_context": "Prefill throughput vs context depth",
-    "decode_grouped": "Decode tok/s by config across context depths",
-    "ttft_grouped": "TTFT by config across context depths (log scale)",
-    "speedup_vs_context": "Decode speedup over each config's baseline",
-    "acceptance_per_position": "Speculative decoding acceptance, per draft position and per depth",
-    "natural_tok_s_vs_concurrency": "Natural prompts: aggregate output tok/s vs concurrency",
-    "natural_ttft_vs_concurrency": "Natural prompts: TTFT p50 and p95 vs concurrency",
-    "natural_tpot_vs_concurrency": "Natural prompts: TPOT p50 and p95 vs concurrency",
-}
-
 
 # --- formatting -------------------------------------------------------------------------
 
@@ -98,6 +85,8 @@ def render_report(
         sections += [
             "## Natural prompts\n\n" + natural_section(natural),
             "## Capacity under latency targets\n\n" + capacity_section(natural, study),
+            "## Pareto frontier: throughput per GPU against per-user speed\n\n"
+            + pareto_section(natural, study),
         ]
     sections += [
         "## Failed and skipped cells\n\n" + failures_section(dataset, natural),
@@ -719,6 +708,49 @@ def capacity_section(natural: pd.DataFrame | None, study: Mapping[str, Any]) -> 
     )
 
 
+def pareto_section(natural: pd.DataFrame | None, study: Mapping[str, Any]) -> str:
+    if natural is None:
+        return "No natural-prompt cell was measured."
+    targets = capacity_targets(study)
+    points = analysis.pareto_points(natural, targets)
+    frontier = sorted((p for p in points if p.on_frontier), key=lambda p: (p.prompt_class, -p.per_user_tok_s))
+    if not frontier:
+        return "No natural-prompt level was measured."
+    meets = f"meets {targets_text(targets)}" if targets else "meets targets (none set)"
+    return (
+        "Every measured (config, concurrency) level is a point: per-user output tok/s (p50 over its "
+        "requests) against aggregate output tok/s per GPU (the config's GPUs; 1 on a CPU). A level is "
+        "on the frontier when no other level of its prompt class is at least as good on both and "
+        f"better on one; from the most interactive to the most throughput ({len(frontier)} of "
+        f"{len(points)} levels):\n\n"
+        + table(
+            (
+                "class",
+                "config",
+                "c",
+                "per-user tok/s",
+                "tok/s per GPU",
+                "TTFT p50 (ms)",
+                "TPOT p50 (ms)",
+                meets,
+            ),
+            (
+                (
+                    p.prompt_class,
+                    code(p.config),
+                    p.concurrency,
+                    num(p.per_user_tok_s),
+                    num(p.tok_s_per_gpu),
+                    num(p.ttft_ms_p50, 0) if p.ttft_ms_p50 is not None else DASH,
+                    num(p.tpot_ms_p50, 1) if p.tpot_ms_p50 is not None else DASH,
+                    DASH if p.meets_targets is None else ("yes" if p.meets_targets else "no"),
+                )
+                for p in frontier
+            ),
+        )
+    )
+
+
 def failures_section(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
     rows = []
     for row in dataset[dataset["status"] != "ok"].to_dict("records"):
@@ -753,7 +785,7 @@ def graphs_section(graphs: Sequence[str]) -> str:
     blocks = []
     for link in graphs:
         name = link.rsplit("/", 1)[-1].removesuffix(".png")
-        blocks.append(f"### {GRAPH_TITLES.get(name, name)}\n\n![{name}]({link})")
+        blocks.append(f"### {layout.GRAPH_TITLES.get(name, name)}\n\n![{name}]({link})")
     return "\n\n".join(blocks)
 
 

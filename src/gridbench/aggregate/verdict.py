@@ -421,6 +421,25 @@ def natural_findings(natural: pd.DataFrame, study: Mapping[str, object]) -> list
         line = capacity_line(natural, targets)
         if line:
             lines.append(line)
+        lines += pareto_lines(natural, targets)
+    return lines
+
+
+def pareto_lines(natural: pd.DataFrame, targets: Mapping[str, float]) -> list[str]:
+    """Per prompt class, the frontier level with the most throughput per GPU that meets the
+    targets: the config to serve for them."""
+    points = analysis.pareto_points(natural, targets)
+    lines = []
+    for prompt_class, best in analysis.best_under_targets(points).items():
+        frontier = [p for p in points if p.prompt_class == prompt_class and p.on_frontier]
+        on = "on the frontier" if best.on_frontier else "off the frontier: the levels that beat it miss them"
+        others = sorted({p.config for p in frontier} - {best.config})
+        rest = f"; the frontier also has {and_list(others)}" if others else ""
+        lines.append(
+            f"To serve {prompt_class} under {targets_text(targets)}: {best.config} at c={best.concurrency}, "
+            f"{num(best.tok_s_per_gpu)} tok/s per GPU at {num(best.per_user_tok_s)} tok/s per user "
+            f"({on}{rest})."
+        )
     return lines
 
 
