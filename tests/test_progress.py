@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -221,6 +222,22 @@ def test_every_cell_ended_settles_the_sweep(tmp_path):
     snap = snapshot(tmp_path, cells)
     assert snap.settled
     assert progress_line(snap) == "progress 7/8 cells (87 %), 1 failed, all cells ended"
+
+
+def test_on_a_terminal_the_same_snapshot_is_a_panel(tmp_path):
+    from rich.console import Console
+
+    cells = planned_cells(demo_grid())
+    finish(tmp_path, cells[0], 10)
+    folder = start(tmp_path, cells[4], NOW - timedelta(seconds=5))
+    with progress_file(folder / layout.NATURAL_PROGRESS, "measured", 4) as finished:
+        finished(trace(0))
+    engine_log(tmp_path, ("start", "D_f16_n0", {}))
+    console = Console(record=True, width=150, color_system=None)
+    console.print(progress.progress_panel(snapshot(tmp_path, cells)))
+    text = console.export_text()
+    assert "1/8 cells" in text and "ETA at least 30 s" in text
+    assert re.search(r"D_f16_n0 code c=1 +5 s +starting +natural 1/4 requests", text), text
 
 
 def event(kind: str, **fields) -> EngineEvent:
