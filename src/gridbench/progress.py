@@ -148,7 +148,6 @@ class EngineState:
 @dataclass(frozen=True)
 class RunningCell:
     label: str
-    kind: str
     running_s: float
     engine: EngineState
     requests: RequestProgress | None
@@ -225,7 +224,6 @@ def sweep_progress(
         running=tuple(
             RunningCell(
                 label=o.cell.label,
-                kind=o.cell.kind,
                 running_s=max(0.0, (now - o.running_since).total_seconds()),
                 engine=engines.get(o.cell.config, EngineState("stopped")),
                 requests=o.requests,

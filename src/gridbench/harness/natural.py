@@ -200,13 +200,14 @@ def progress_file(path: Path | None, phase: str, total: int) -> Iterator[Callabl
         def finished(trace: RequestTrace) -> None:
             nonlocal done, output_tokens
             done += 1
-            output_tokens += trace.output_tokens or 0
+            if trace.status == OK:  # as the summary's output_tok_s counts them
+                output_tokens += trace.output_tokens or 0
             line = {
                 "phase": phase,
                 "done": done,
                 "total": total,
                 "status": trace.status,
-                "output_tokens": output_tokens,  # so far, of this phase
+                "output_tokens": output_tokens,  # of this phase's ok requests so far
                 "elapsed_s": round(time.monotonic() - started, 3),
             }
             f.write(json.dumps(line) + "\n")
