@@ -165,6 +165,16 @@ def test_done_failed_and_running_cells_with_an_eta_from_the_measured_times(tmp_p
     )
 
 
+def test_until_a_cell_like_those_left_finished_the_eta_is_unknown(tmp_path):
+    cells = planned_cells(demo_grid())
+    for cell in cells[:4]:
+        finish(tmp_path, cell, 10)
+    snap = snapshot(tmp_path, cells)
+    assert (
+        progress_line(snap) == "progress 4/8 cells (50 %), ETA unknown until a cell like those left finishes"
+    )
+
+
 def test_a_cell_is_timed_by_the_finished_cells_most_like_it(tmp_path):
     cells = planned_cells(demo_grid())
     cell = by_label(cells)
@@ -312,7 +322,7 @@ def test_without_a_path_the_harness_writes_nothing(tmp_path):
 
 def test_a_natural_cell_before_its_first_request_ends():
     requests = natural_requests("", 16)
-    assert progress.describe_requests(requests) == "natural warm-up 0/16 requests"
+    assert progress.describe_requests(requests) == "natural 0/16 requests"
 
 
 def test_durations_read_plain_and_long():

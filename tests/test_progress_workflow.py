@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from conftest import write_config
-from test_workflow import snakemake
+from test_workflow import jobs_of_last_run, snakemake
 
 pytestmark = pytest.mark.workflow
 
@@ -69,10 +69,14 @@ def test_the_console_says_where_the_sweep_stands_and_nothing_outlives_it(workdir
     assert lines[-1] in log
     assert nothing_left_in(workdir) == []
 
-    # switching it off shows nothing and reruns nothing: it is kept out of the grid files
+    # switched off it says nothing, and it reruns only the missing cell: the display keys
+    # stay out of the grid files
+    (workdir / "results/raw/D_f16_n0/depth_0.json").unlink()
     quiet = snakemake(workdir, "--configfile", "grid.yaml", "--config", "progress=false")
     assert quiet.returncode == 0, quiet.stderr
-    assert "Nothing to be done" in quiet.stderr and progress_lines(quiet.stderr) == []
+    assert progress_lines(quiet.stderr) == []
+    assert jobs_of_last_run(workdir, "bench_cell") == [{"config": "D_f16_n0", "depth": "0"}]
+    assert jobs_of_last_run(workdir, "natural_cell") == []
 
 
 def test_a_failed_sweep_ends_with_its_progress_line_and_leaves_nothing_running(workdir, demo_config):

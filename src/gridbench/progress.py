@@ -283,7 +283,7 @@ def natural_requests(text: str, expected: int) -> RequestProgress:
     """The natural harness's progress lines (harness.natural.progress_file): the latest phase."""
     lines = [line for line in _json_lines(text) if "phase" in line]
     if not lines:
-        return RequestProgress("natural", "warm-up", 0, expected, 0, None, "output, all requests")
+        return RequestProgress("natural", "measured", 0, expected, 0, None, "output, all requests")
     last = lines[-1]
     of_phase = [line for line in lines if line["phase"] == last["phase"]]
     elapsed_s = last.get("elapsed_s") or 0
@@ -331,7 +331,8 @@ def describe_eta(progress: SweepProgress) -> str:
     if progress.done + progress.failed == progress.total:
         return "all cells ended"
     if progress.eta_s is None:
-        return "ETA unknown until a cell finishes"
+        like = " like those left" if progress.done else ""
+        return f"ETA unknown until a cell{like} finishes"
     return f"ETA {'at least ' if progress.eta_is_lower_bound else ''}{_duration(progress.eta_s)}"
 
 
