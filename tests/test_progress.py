@@ -263,6 +263,7 @@ def event(kind: str, **fields) -> EngineEvent:
         ([event("start"), event("ready", ready_s=42.0), event("reuse")], "engine warm (reused)"),
         ([event("start"), event("ready", ready_s=42.0), event("stop")], "waiting for an engine slot"),
         ([event("ready", ready_s=1.0), event("reclaim")], "waiting for an engine slot"),
+        ([event("start"), event("ready", ready_s=0.42)], "engine warm (started in 0.4 s)"),
     ],
 )
 def test_an_engines_state_is_what_its_latest_event_leaves(events, described):
@@ -377,8 +378,8 @@ def test_the_config_switches_it_off_and_sets_the_interval():
     follower = progress.sweep_follower(demo_grid(), {**config, "progress_interval_s": 5}, print)
     assert follower.interval_s == 5
     assert progress.sweep_follower(demo_grid(), {**config, "progress": False}, print) is None
-    config["progress"] = "no"
-    with pytest.raises(ConfigError, match="key progress"):
+    config["progress"] = "false"  # what snakemake --config progress=false gives
+    with pytest.raises(ConfigError, match=r"key progress: .*reads only True and False"):
         validate_config(config, "demo.yaml")
 
 

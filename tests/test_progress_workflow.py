@@ -41,11 +41,11 @@ def nothing_left_in(workdir: Path, timeout_s: float = 15) -> list[str]:
 def small_sweep(config: dict) -> dict:
     config["configs"] = {"D_f16_n0": config["configs"]["D_f16_n0"]}
     config["depths"] = [0, 256]
-    config["natural"] = {
+    config["natural"] = {  # long enough (seconds) for a line while it runs
         "prompt_classes": ["code"],
         "concurrency": [2],
-        "requests": 4,
-        "max_tokens": 32,
+        "requests": 16,
+        "max_tokens": 128,
         "warmup": 1,
     }
     return config
@@ -58,25 +58,28 @@ def test_the_console_says_where_the_sweep_stands_and_nothing_outlives_it(workdir
     lines = progress_lines(result.stderr)  # Snakemake's console
     assert lines[0] == "progress 0/3 cells (0 %), ETA unknown until a cell finishes", result.stderr
     assert lines[-1] == "progress 3/3 cells (100 %), all cells ended"
+    assert lines.count(lines[-1]) == 2  # as the last cell ended, and the final line: no repeats
     done = [int(re.match(r"progress (\d)/3 cells", line).group(1)) for line in lines]
     assert done == sorted(done) and {0, 1, 2, 3} <= set(done)  # a line as each cell ended
     assert any(re.search(r"progress [12]/3 cells \(\d+ %\), ETA (at least )?\d+ s", line) for line in lines)
     running = " ".join(lines)
     assert "running D_f16_n0 depth 256 (" in running and "engine warm (reused)" in running
-    assert "running D_f16_n0 code c=2 (" in running
+    assert "running D_f16_n0 code c=2 (" in running, lines
     # the same lines in Snakemake's own log of the run
     log = sorted((workdir / ".snakemake/log").glob("*.snakemake.log"))[-1].read_text()
     assert lines[-1] in log
     assert nothing_left_in(workdir) == []
 
-    # switched off it says nothing, and it reruns only the missing cell: the display keys
-    # stay out of the grid files
+    # switching it off reruns nothing (the display keys stay out of the grid files) ...
+    unchanged = snakemake(workdir, "--configfile", "grid.yaml", "--config", "progress=False")
+    assert "Nothing to be done" in unchanged.stderr, unchanged.stderr
+    # ... and a run without it says nothing
     (workdir / "results/raw/D_f16_n0/depth_0.json").unlink()
-    quiet = snakemake(workdir, "--configfile", "grid.yaml", "--config", "progress=false")
+    target = "results/raw/D_f16_n0/depth_0.json"
+    quiet = snakemake(workdir, target, "--configfile", "grid.yaml", "--config", "progress=False")
     assert quiet.returncode == 0, quiet.stderr
-    assert progress_lines(quiet.stderr) == []
     assert jobs_of_last_run(workdir, "bench_cell") == [{"config": "D_f16_n0", "depth": "0"}]
-    assert jobs_of_last_run(workdir, "natural_cell") == []
+    assert progress_lines(quiet.stderr) == []
 
 
 def test_a_failed_sweep_ends_with_its_progress_line_and_leaves_nothing_running(workdir, demo_config):

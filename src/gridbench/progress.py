@@ -139,7 +139,8 @@ class EngineState:
         if self.state == "warm":
             if self.reused:
                 return "engine warm (reused)"
-            return f"engine warm (started in {_duration(self.ready_s)})"
+            quick = self.ready_s is not None and self.ready_s < 10  # a CPU engine's fraction of a second
+            return f"engine warm (started in {f'{self.ready_s:.1f} s' if quick else _duration(self.ready_s)})"
         if self.state == "starting":
             return "engine starting"
         return "waiting for an engine slot"
@@ -529,7 +530,9 @@ class Follower:
         while True:
             try:
                 quick = self.reader.snapshot(sweep_started_at=self.started_at, with_requests=False)
-                if quick.milestone() != said or time.monotonic() - said_at >= self.interval_s:
+                # once every cell ended, the aggregation rules run: no news until the final line
+                due = not quick.settled and time.monotonic() - said_at >= self.interval_s
+                if quick.milestone() != said or due:
                     said = self._say_line().milestone()
                     said_at = time.monotonic()
             except Exception as err:  # a progress display must never end the sweep

@@ -42,7 +42,7 @@ PLAN = benchy_plan(GRID)
 NATURAL_PLAN = natural_plan(GRID)
 GPU_SLOTS = list(GRID.gpu_slots or detect_gpus()) or ["cpu"]
 # How a run is shown, not what it measures: kept out of the grid files, so that
-# `--config progress=false` reruns nothing.
+# `--config progress=False` reruns nothing.
 _DISPLAY_KEYS = ("progress", "progress_interval_s")
 # The effective grid, content-addressed, for the rules that need all of it.
 _GRID_JSON = json.dumps(
