@@ -93,3 +93,15 @@ def test_a_failed_sweep_ends_with_its_progress_line_and_leaves_nothing_running(w
     assert lines[0] == "progress 0/2 cells (0 %), ETA unknown until a cell finishes", result.stderr
     assert lines[-1] == "progress 0/2 cells (0 %), 2 failed, all cells ended"
     assert nothing_left_in(workdir) == []
+
+
+def test_with_the_rich_logger_plugin_the_lines_print_above_its_panel(workdir, demo_config):
+    pytest.importorskip("snakemake_logger_plugin_rich")
+    config = small_sweep(demo_config)
+    config.pop("natural")
+    write_config(workdir / "grid.yaml", config)
+    result = snakemake(workdir, "--configfile", "grid.yaml", "--logger", "rich")
+    assert result.returncode == 0, result.stderr
+    lines = progress_lines(result.stderr)
+    assert lines[0] == "progress 0/2 cells (0 %), ETA unknown until a cell finishes", result.stderr
+    assert lines[-1] == "progress 2/2 cells (100 %), all cells ended"
