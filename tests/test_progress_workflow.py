@@ -57,13 +57,15 @@ def test_the_console_says_where_the_sweep_stands_and_nothing_outlives_it(workdir
     assert result.returncode == 0, result.stdout + result.stderr
     lines = progress_lines(result.stderr)  # Snakemake's console
     assert lines[0] == "progress 0/3 cells (0 %), ETA unknown until a cell finishes", result.stderr
-    assert lines[-1] == "progress 3/3 cells (100 %), all cells ended"
-    assert lines.count(lines[-1]) == 2  # as the last cell ended, and the final line: no repeats
+    assert lines[-1] == "progress 3/3 cells (100 %), all cells ended", lines
+    assert lines.count(lines[-1]) == 2, lines  # as the last cell ended, and the final line: no repeats
     done = [int(re.match(r"progress (\d)/3 cells", line).group(1)) for line in lines]
-    assert done == sorted(done) and {0, 1, 2, 3} <= set(done)  # a line as each cell ended
-    assert any(re.search(r"progress [12]/3 cells \(\d+ %\), ETA (at least )?\d+ s", line) for line in lines)
+    assert done == sorted(done) and {0, 1, 2, 3} <= set(done), lines  # a line as each cell ended
+    assert any(
+        re.search(r"progress [12]/3 cells \(\d+ %\), ETA (at least )?\d+ s", line) for line in lines
+    ), lines
     running = " ".join(lines)
-    assert "running D_f16_n0 depth 256 (" in running and "engine warm (reused)" in running
+    assert "running D_f16_n0 depth 256 (" in running and "engine warm (reused)" in running, lines
     assert "running D_f16_n0 code c=2 (" in running, lines
     # the same lines in Snakemake's own log of the run
     log = sorted((workdir / ".snakemake/log").glob("*.snakemake.log"))[-1].read_text()
