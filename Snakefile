@@ -31,9 +31,11 @@ rule all:
 
 onstart:
     interrupt_on_sigterm()
+    start_progress()
 
 
 onsuccess:
+    stop_progress()
     shell(
         "rm -rf partial"
     )  # an earlier failed run's partial outputs are superseded
@@ -43,6 +45,7 @@ onsuccess:
 
 
 onerror:
+    stop_progress()
     shell(
         "mkdir -p logs/engines && gridbench engine stop --all >> logs/engines/stop.log 2>&1 || true"
     )

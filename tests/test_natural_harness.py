@@ -163,7 +163,7 @@ FAULTS = "1:500,2:429,4:drop,5:error,6:llamacpp-error,7:nodone,8:nousage,9:hang"
 
 
 @pytest.mark.parametrize("fault_server", [FAULTS], indirect=True)
-def test_every_failure_is_recorded_never_dropped(fault_server):
+def test_every_failure_is_recorded_never_dropped(fault_server, tmp_path):
     plan = natural.LevelPlan(
         prompt="Hi",
         concurrency=4,
@@ -176,7 +176,7 @@ def test_every_failure_is_recorded_never_dropped(fault_server):
         request_timeout_s=2,
     )
     started = time.monotonic()
-    traces = natural.measure_level(fault_server, plan)
+    traces = natural.measure_level(fault_server, plan, tmp_path / "progress.jsonl")
     assert time.monotonic() - started < 10  # the hung request timed out; the others went on
     result = natural.result_document(config="F", prompt_class="x", plan=plan, traces=traces, spec_decode=None)
     by_index = {r["index"]: r for r in result["requests"]}
@@ -205,6 +205,11 @@ def test_every_failure_is_recorded_never_dropped(fault_server):
     assert summary["error_rate"] == pytest.approx(8 / 11)
     assert summary["output_tok_s"] == pytest.approx(24 / summary["wall_s"], rel=1e-3)
     assert summary["wall_s"] >= 2  # the timed-out request ends the level
+    # a line per finished request as it finished, for `gridbench progress`: the hung one last
+    lines = [json.loads(line) for line in (tmp_path / "progress.jsonl").read_text().splitlines()]
+    assert [line["done"] for line in lines] == list(range(1, 12)) and lines[-1]["status"] == "errored"
+    assert sorted(line["status"] for line in lines) == sorted(r["status"] for r in result["requests"])
+    assert lines[-1]["output_tokens"] == 24 and lines[-1]["elapsed_s"] >= 2
 
 
 def fault_grid(faults: str) -> Grid:

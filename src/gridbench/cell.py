@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import gridbench
-from gridbench import provenance
+from gridbench import layout, provenance
 from gridbench.engines import probe
 from gridbench.engines.manager import EngineLease, SlotManager, now_iso
 from gridbench.errors import BenchmarkError, DiskFullError, EngineDiedError, EngineError, GridbenchError
@@ -37,7 +37,7 @@ from gridbench.spec_metrics import acceptance, parse_spec_counters
 log = logging.getLogger(__name__)
 
 FAILURE_DIR = Path("results/failures")
-TMP_DIR = Path("results/.tmp")
+TMP_DIR = Path(layout.SCRATCH)
 # below this, a failed cell is blamed on the disk: a load generator's result is larger
 _NEARLY_FULL_BYTES = 1 << 20
 
@@ -74,8 +74,8 @@ class CellSpec:
     @property
     def cell_id(self) -> str:
         if self.kind == "benchy":
-            return f"depth_{self.depth}"
-        return f"{self.prompt_class}_c{self.concurrency}"
+            return layout.BENCHY_CELL_ID.format(depth=self.depth)
+        return layout.NATURAL_CELL_ID.format(prompt_class=self.prompt_class, concurrency=self.concurrency)
 
     @property
     def what(self) -> str:
@@ -162,7 +162,8 @@ def run_cell(
     manager = SlotManager(spec.slots)
     engine: EngineLease | None = None
     TMP_DIR.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f"{cfg.name}-{spec.cell_id}-", dir=TMP_DIR))
+    prefix = layout.SCRATCH_PREFIX.format(config=cfg.name, cell_id=spec.cell_id, started_s=int(time.time()))
+    scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=TMP_DIR))
     try:
         with _signals_interrupt(), manager.lease(cfg) as engine:
             log.info(
@@ -398,13 +399,14 @@ def measure_natural(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[
     endpoint = natural.Endpoint(engine.base_url, cfg.checkpoint.served_model_name, engine.headers)
     cache_reset = probe.reset_prefix_cache(cfg.engine.kind, engine.base_url, engine.headers)
     started_at = now_iso()
-    warmups = natural.warm_up(endpoint, plan)
+    progress = scratch / layout.NATURAL_PROGRESS  # read live by `gridbench progress`
+    warmups = natural.warm_up(endpoint, plan, progress)
     for trace in warmups:
         if trace.status != "ok":
             log.info(f"{spec.what}: warm-up request {trace.index} {trace.status}: {trace.error}")
     before = _settled_metrics(engine) if cfg.speculation.enabled else None
     window_started = time.monotonic()
-    traces = natural.measure_level(endpoint, plan)
+    traces = natural.measure_level(endpoint, plan, progress)
     wall_s = time.monotonic() - window_started
     after = _settled_metrics(engine) if cfg.speculation.enabled else None
     spec_decode = None

@@ -126,6 +126,38 @@ def cmd_natural(args: argparse.Namespace) -> int:
     return run_cell(spec, {"raw": args.out, "provenance": args.provenance}, measure_natural)
 
 
+def cmd_progress(args: argparse.Namespace) -> int:
+    import time
+
+    from gridbench.progress import WorkdirReader, planned_cells, progress_line, progress_panel
+
+    reader = WorkdirReader(planned_cells(_load_grid(args)))
+    if not args.follow:
+        print(progress_line(reader.snapshot()))
+        return 0
+    on_terminal = sys.stdout.isatty()
+    interval_s = args.interval or (2.0 if on_terminal else 30.0)
+    try:
+        if on_terminal:
+            from rich.live import Live
+
+            with Live(progress_panel(reader.snapshot()), auto_refresh=False) as view:
+                while not (progress := reader.snapshot()).settled:
+                    view.update(progress_panel(progress), refresh=True)
+                    time.sleep(interval_s)
+                view.update(progress_panel(progress), refresh=True)
+        else:
+            while True:
+                progress = reader.snapshot()
+                print(progress_line(progress), flush=True)
+                if progress.settled:
+                    break
+                time.sleep(interval_s)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
 def _grid_from_json(path: Path):
     from gridbench.grid import Grid
 
@@ -419,6 +451,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cells", help="list the cells a config schedules, and those it skips")
     _add_configfile(p)
     p.set_defaults(func=cmd_cells)
+
+    p = sub.add_parser(
+        "progress",
+        help="where a sweep in this directory stands: cells done, ETA, what the running cells do",
+    )
+    _add_configfile(p)
+    p.add_argument(
+        "--follow", action="store_true", help="keep showing it until every cell ended (Ctrl-C stops)"
+    )
+    p.add_argument(
+        "--interval",
+        type=float,
+        metavar="S",
+        help="seconds between updates (default: 2 on a terminal, 30 in a plain log)",
+    )
+    p.set_defaults(func=cmd_progress)
 
     engine = sub.add_parser("engine", help="inspect, check and stop engines")
     esub = engine.add_subparsers(dest="engine_command", required=True)

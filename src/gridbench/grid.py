@@ -76,6 +76,16 @@ def _explain(error) -> str:
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         return f"{error.message}; allowed keys: {', '.join(allowed)}"
+    if (
+        error.validator == "type"
+        and error.validator_value == "boolean"
+        and str(error.instance).lower()
+        in (
+            "true",
+            "false",
+        )
+    ):
+        return f"{error.message} (snakemake --config reads only True and False as booleans)"
     if error.validator == "enum":
         return (
             f"{error.instance!r} is not allowed; allowed values: {', '.join(map(str, error.validator_value))}"

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import psutil
+from snakemake.logging import logger
 from snakemake.utils import validate
 
 from gridbench import layout
@@ -17,6 +18,7 @@ from gridbench.errors import GridbenchError
 from gridbench.files import atomic_write_text
 from gridbench.grid import Grid, read_config_file, validate_config
 from gridbench.plan import benchy_plan, natural_plan
+from gridbench.progress import sweep_follower
 
 # This Snakemake (or the one that started it on this host) owns the engines its cells start:
 # a watchdog stops each engine once this process is gone, also after a kill -9.
@@ -39,8 +41,13 @@ validate(config, schema="../schemas/config.schema.yaml")
 PLAN = benchy_plan(GRID)
 NATURAL_PLAN = natural_plan(GRID)
 GPU_SLOTS = list(GRID.gpu_slots or detect_gpus()) or ["cpu"]
+# How a run is shown, not what it measures: kept out of the grid files, so that
+# `--config progress=False` reruns nothing.
+_DISPLAY_KEYS = ("progress", "progress_interval_s")
 # The effective grid, content-addressed, for the rules that need all of it.
-_GRID_JSON = json.dumps(config, default=str)  # key order is the report order
+_GRID_JSON = json.dumps(
+    {k: v for k, v in config.items() if k not in _DISPLAY_KEYS}, default=str
+)  # key order is the report order
 GRID_FILE = (
     f".gridbench/grid-{hashlib.sha256(_GRID_JSON.encode()).hexdigest()[:16]}.json"
 )
@@ -51,7 +58,8 @@ if not Path(GRID_FILE).exists():
 # it was, so a few configs run first and the whole grid later measure each cell once.
 _FILTERS = ("engine", "checkpoint", "speculation", "config")
 _UNFILTERED_JSON = json.dumps(
-    {k: v for k, v in config.items() if k not in _FILTERS} | dict.fromkeys(_FILTERS),
+    {k: v for k, v in config.items() if k not in _FILTERS + _DISPLAY_KEYS}
+    | dict.fromkeys(_FILTERS),
     default=str,
 )
 ENGINE_CHECK_GRID_FILE = (
@@ -303,3 +311,20 @@ def interrupt_on_sigterm():
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
+
+
+_PROGRESS = []
+
+
+def start_progress():
+    """Say where the sweep stands while it runs (see gridbench.progress.Follower)."""
+    follower = sweep_follower(GRID, config, logger.info)
+    if follower:
+        follower.start()
+        _PROGRESS.append(follower)
+
+
+def stop_progress():
+    """Say the final line; the follower's thread would end with Snakemake anyway."""
+    while _PROGRESS:
+        _PROGRESS.pop().stop()

@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from gridbench import layout
 from gridbench.engines import probe, watchdog
 from gridbench.engines.allocation import (
     allocated_gpus,
@@ -554,7 +555,8 @@ def remove_leftover_containers() -> list[str]:
 
 
 def _log_event(event: str, config: str, **fields: Any) -> None:
-    ENGINE_LOG_DIR.mkdir(parents=True, exist_ok=True)
+    path = Path(layout.ENGINE_EVENTS)
+    path.parent.mkdir(parents=True, exist_ok=True)
     record = {"ts": now_iso(), "event": event, "config": config, **fields}
-    with (ENGINE_LOG_DIR / "events.jsonl").open("a") as f:
+    with path.open("a") as f:
         f.write(json.dumps(record) + "\n")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gridbench import layout
 from gridbench.errors import BenchmarkError, ConfigError
 from gridbench.files import atomic_write_bytes
 from gridbench.grid import BenchySettings, ServingConfig
@@ -84,7 +85,7 @@ def build_run(
             hint=f"set checkpoints.{cfg.checkpoint.name}.tokenizer to a tokenizer.json",
         )
     result = workdir / "benchy.json"
-    progress = workdir / "benchy.progress.jsonl"
+    progress = workdir / layout.BENCHY_PROGRESS
     argv = [
         benchy_executable(),
         "--base-url",

@@ -13,10 +13,13 @@ opens its own connection (``force_close``): a reused kept-alive connection would
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -182,11 +185,42 @@ def _session() -> aiohttp.ClientSession:
     )
 
 
+@contextmanager
+def progress_file(path: Path | None, phase: str, total: int) -> Iterator[Callable[[RequestTrace], None]]:
+    """A callback that appends one JSON line per finished request to ``path`` (none when
+    None): what ``gridbench progress`` shows of a running cell. A line is a few dozen
+    bytes written after the request's clock stopped, so it costs the measurement nothing."""
+    if path is None:
+        yield lambda _trace: None
+        return
+    started = time.monotonic()
+    done = output_tokens = 0
+    with path.open("a", buffering=1) as f:  # line-buffered: each line is on disk at once
+
+        def finished(trace: RequestTrace) -> None:
+            nonlocal done, output_tokens
+            done += 1
+            if trace.status == OK:  # as the summary's output_tok_s counts them
+                output_tokens += trace.output_tokens or 0
+            line = {
+                "phase": phase,
+                "done": done,
+                "total": total,
+                "status": trace.status,
+                "output_tokens": output_tokens,  # of this phase's ok requests so far
+                "elapsed_s": round(time.monotonic() - started, 3),
+            }
+            f.write(json.dumps(line) + "\n")
+
+        yield finished
+
+
 async def run_requests(
     endpoint: Endpoint,
     bodies: Sequence[tuple[int, dict[str, Any]]],
     concurrency: int,
     timeout_s: float,
+    on_finished: Callable[[RequestTrace], None] = lambda _trace: None,
 ) -> list[RequestTrace]:
     """Send ``bodies`` with at most ``concurrency`` in flight, in issue order (FIFO)."""
     gate = asyncio.Semaphore(concurrency)
@@ -199,22 +233,29 @@ async def run_requests(
             result = await stream_request(session, endpoint, index, body, timeout_s)
         finished += 1
         log.debug(f"request {finished}/{total} (#{index}): {result.status} {result.error or ''}")
+        on_finished(result)
         return result
 
     async with _session() as session:
         return list(await asyncio.gather(*(one(i, b) for i, b in bodies)))
 
 
-def warm_up(endpoint: Endpoint, plan: LevelPlan) -> list[RequestTrace]:
+def warm_up(endpoint: Endpoint, plan: LevelPlan, progress: Path | None = None) -> list[RequestTrace]:
     """The serial warm-up requests; their outcome is reported, not counted."""
     bodies = [(i, plan.body(i, min(WARMUP_MAX_TOKENS, plan.max_tokens))) for i in range(plan.warmup)]
-    return asyncio.run(run_requests(endpoint, bodies, 1, plan.request_timeout_s)) if bodies else []
+    if not bodies:
+        return []
+    with progress_file(progress, "warm-up", len(bodies)) as on_finished:
+        return asyncio.run(run_requests(endpoint, bodies, 1, plan.request_timeout_s, on_finished))
 
 
-def measure_level(endpoint: Endpoint, plan: LevelPlan) -> list[RequestTrace]:
+def measure_level(endpoint: Endpoint, plan: LevelPlan, progress: Path | None = None) -> list[RequestTrace]:
     """The measured requests, numbered after the warm-ups."""
     bodies = [(plan.warmup + i, plan.body(plan.warmup + i)) for i in range(plan.requests)]
-    return asyncio.run(run_requests(endpoint, bodies, plan.concurrency, plan.request_timeout_s))
+    with progress_file(progress, "measured", len(bodies)) as on_finished:
+        return asyncio.run(
+            run_requests(endpoint, bodies, plan.concurrency, plan.request_timeout_s, on_finished)
+        )
 
 
 def result_document(
