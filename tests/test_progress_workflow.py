@@ -53,7 +53,9 @@ def small_sweep(config: dict) -> dict:
 
 def test_the_console_says_where_the_sweep_stands_and_nothing_outlives_it(workdir, demo_config):
     write_config(workdir / "grid.yaml", small_sweep(demo_config))
-    result = snakemake(workdir, "--configfile", "grid.yaml", "--config", "progress_interval_s=1")
+    # a look four times a second: a cell of a second or two cannot start and end unseen, even
+    # on a loaded machine
+    result = snakemake(workdir, "--configfile", "grid.yaml", "--config", "progress_interval_s=0.25")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = progress_lines(result.stderr)  # Snakemake's console
     assert lines[0] == "progress 0/3 cells (0 %), ETA unknown until a cell finishes", result.stderr
@@ -89,7 +91,7 @@ def test_a_failed_sweep_ends_with_its_progress_line_and_leaves_nothing_running(w
     config.pop("natural")
     config["benchy"]["timeout_s"] = 0.001  # llama-benchy is killed at once: every cell fails
     write_config(workdir / "grid.yaml", config)
-    result = snakemake(workdir, "--configfile", "grid.yaml", "--config", "progress_interval_s=1")
+    result = snakemake(workdir, "--configfile", "grid.yaml", "--config", "progress_interval_s=0.25")
     assert result.returncode != 0
     lines = progress_lines(result.stderr)
     assert lines[0] == "progress 0/2 cells (0 %), ETA unknown until a cell finishes", result.stderr
