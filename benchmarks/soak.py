@@ -394,8 +394,9 @@ def run_soak(options: SoakOptions) -> SoakReport:
     measured = {k: digest(c.result) + digest(c.provenance) for k, c in cells.items() if c.ok}
     partial = partial_files(workdir)
     # the rerun replaces the failed cells' logs and removes their records: keep them to read
-    shutil.copytree(workdir / "logs/cells", workdir / "logs/chaos-run/cells", dirs_exist_ok=True)
-    shutil.copytree(workdir / "results/failures", workdir / "logs/chaos-run/failures", dirs_exist_ok=True)
+    for kept in ("logs/cells", "results/failures"):
+        if (workdir / kept).exists():
+            shutil.copytree(workdir / kept, workdir / "logs/chaos-run" / Path(kept).name, dirs_exist_ok=True)
 
     rerun_s = snakemake(workdir, env)
     rerun = jobs_of_last_run(workdir)
