@@ -135,3 +135,15 @@ def test_a_failed_llama_benchy_says_why_in_the_reason(tmp_path, capfd):
     with pytest.raises(BenchmarkError) as caught:
         run(killed, timeout_s=30, what="cell X")
     assert caught.value.message == "cell X: llama-benchy was killed by SIGKILL"
+
+
+def test_a_request_that_failed_is_the_reason_though_metrics_are_null_too():
+    """Found by the chaos soak: the only request of a run got an HTTP 500 (or its stream was
+    cut), llama-benchy left tg_throughput null, and the reason said "could not measure
+    tg_throughput (null)" instead of the request's error."""
+    result = single_depth(json.loads((FIXTURES / "basic_depth0_4096.json").read_text()), 0, 512)
+    result["benchmarks"][0]["tg_throughput"] = None
+    failed = [{"type": "request_end", "total_tokens": 0, "error": "HTTP 500: injected"}]
+    with pytest.raises(BenchmarkError, match="1 requests failed, first: HTTP 500: injected") as info:
+        check_result(result, failed, depth=0, settings=settings(runs=1), what="cell")
+    assert not isinstance(info.value, TransportError)

@@ -251,14 +251,7 @@ def check_result(
     expected = settings.runs * settings.concurrency
     ends = [e for e in progress if e.get("type") == "request_end" and not e.get("is_context_prefill_phase")]
     errors = [e["error"] for e in ends if e.get("error")]
-    # every request ended without an error, yet a value is missing: an answer read in one burst
-    unmeasured = BurstError if not errors and len(ends) >= expected else BenchmarkError
-    for metric in REQUIRED_METRICS:
-        if not isinstance(entry.get(metric), dict) or entry[metric].get("mean") is None:
-            raise unmeasured(
-                f"{what}: llama-benchy could not measure {metric} (null)",
-                hint="rerun the cell; a loaded machine can leave it unmeasured",
-            )
+    # before the metrics: a failed request leaves them null, and its error is the reason
     if errors:
         kind = (
             TransportError
@@ -269,6 +262,14 @@ def check_result(
             f"{what}: {len(errors)} requests failed, first: {errors[0]}",
             hint="read the cell log and the engine log",
         )
+    # every request ended without an error, yet a value is missing: an answer read in one burst
+    unmeasured = BurstError if len(ends) >= expected else BenchmarkError
+    for metric in REQUIRED_METRICS:
+        if not isinstance(entry.get(metric), dict) or entry[metric].get("mean") is None:
+            raise unmeasured(
+                f"{what}: llama-benchy could not measure {metric} (null)",
+                hint="rerun the cell; a loaded machine can leave it unmeasured",
+            )
     for metric in PER_REQUEST_METRICS:
         values = (entry.get(metric) or {}).get("values") or []
         if len(values) != expected:
