@@ -143,6 +143,9 @@ def main() -> None:
                     os.kill(engine.pid, signal.SIGKILL)
                     os._exit(137)
                 if fault == "stall":
+                    # let the engine go: a connection held open would hold one of its HTTP
+                    # workers, and hang later cells that met no fault
+                    upstream_response.close()
                     await asyncio.sleep(3600)
                 if fault == "cut" and lines >= 4:  # two SSE events
                     request.transport.close()
