@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from gridbench.errors import BenchmarkError
 from gridbench.grid import BenchySettings
-from gridbench.harness.benchy import BurstError, TransportError, check_result, read_progress
+from gridbench.harness.benchy import (
+    BenchyRun,
+    BurstError,
+    TransportError,
+    check_result,
+    read_progress,
+    run,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -107,3 +115,35 @@ def test_the_cell_depth_must_be_in_the_result():
     result = json.loads((FIXTURES / "basic_depth0_4096.json").read_text())
     with pytest.raises(BenchmarkError, match="0 results for depth 8192"):
         check_result(result, [], depth=8192, settings=settings(runs=3), what="cell")
+
+
+def test_a_failed_llama_benchy_says_why_in_the_reason(tmp_path, capfd):
+    """Found by the chaos soak: the reason said only "exited with code 1", the cause (an
+    HTTP 500 in the warm-up) stood in the cell log alone."""
+    script = (
+        "print('Warming up...'); print('Warmup failed: HTTP 500: injected', flush=True); raise SystemExit(1)"
+    )
+    failing = BenchyRun((sys.executable, "-c", script), {}, tmp_path / "r.json", tmp_path / "p.jsonl")
+    with pytest.raises(BenchmarkError) as caught:
+        run(failing, timeout_s=30, what="cell X")
+    assert caught.value.message == (
+        "cell X: llama-benchy exited with code 1; its last line: Warmup failed: HTTP 500: injected"
+    )
+    assert "Warming up...\nWarmup failed" in capfd.readouterr().out  # the cell log keeps it all
+
+    killed = BenchyRun((sys.executable, "-c", "import os; os.kill(os.getpid(), 9)"), {}, tmp_path, tmp_path)
+    with pytest.raises(BenchmarkError) as caught:
+        run(killed, timeout_s=30, what="cell X")
+    assert caught.value.message == "cell X: llama-benchy was killed by SIGKILL"
+
+
+def test_a_request_that_failed_is_the_reason_though_metrics_are_null_too():
+    """Found by the chaos soak: the only request of a run got an HTTP 500 (or its stream was
+    cut), llama-benchy left tg_throughput null, and the reason said "could not measure
+    tg_throughput (null)" instead of the request's error."""
+    result = single_depth(json.loads((FIXTURES / "basic_depth0_4096.json").read_text()), 0, 512)
+    result["benchmarks"][0]["tg_throughput"] = None
+    failed = [{"type": "request_end", "total_tokens": 0, "error": "HTTP 500: injected"}]
+    with pytest.raises(BenchmarkError, match="1 requests failed, first: HTTP 500: injected") as info:
+        check_result(result, failed, depth=0, settings=settings(runs=1), what="cell")
+    assert not isinstance(info.value, TransportError)

@@ -10,10 +10,12 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from gridbench import layout
 from gridbench.errors import BenchmarkError, ConfigError
@@ -151,7 +153,18 @@ def run(run: BenchyRun, *, timeout_s: float, what: str) -> float:
         argv = [os.environ[run.api_key_env] if a == _key_placeholder(run.api_key_env) else a for a in argv]
     log.info(f"+ {shlex.join(run.argv)}")
     started = time.monotonic()
-    proc = subprocess.Popen(argv, env=env, start_new_session=True, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    # its output still goes to the cell log; the last line also goes into a failure's reason
+    last_lines: deque[str] = deque(maxlen=1)
+    tee = threading.Thread(target=_tee, args=(proc.stdout, last_lines), daemon=True)
+    tee.start()
     try:
         rc = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired as err:
@@ -164,11 +177,20 @@ def run(run: BenchyRun, *, timeout_s: float, what: str) -> float:
         _kill_group(proc)
         raise
     wall = time.monotonic() - started
+    tee.join(timeout=5)  # the rest of its output, before our next log line
     if rc != 0:
-        raise BenchmarkError(
-            f"{what}: llama-benchy exited with code {rc}", hint="read the cell log above this line"
-        )
+        how = f"was killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with code {rc}"
+        said = f"; its last line: {last_lines[0]}" if last_lines else ""
+        raise BenchmarkError(f"{what}: llama-benchy {how}{said}", hint="read the cell log above this line")
     return wall
+
+
+def _tee(stream: IO[bytes], last_lines: deque[str]) -> None:
+    for line in stream:
+        sys.stdout.buffer.write(line)
+        sys.stdout.buffer.flush()
+        if line.strip():
+            last_lines.append(line.decode(errors="replace").strip())
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -230,14 +252,7 @@ def check_result(
     expected = settings.runs * settings.concurrency
     ends = [e for e in progress if e.get("type") == "request_end" and not e.get("is_context_prefill_phase")]
     errors = [e["error"] for e in ends if e.get("error")]
-    # every request ended without an error, yet a value is missing: an answer read in one burst
-    unmeasured = BurstError if not errors and len(ends) >= expected else BenchmarkError
-    for metric in REQUIRED_METRICS:
-        if not isinstance(entry.get(metric), dict) or entry[metric].get("mean") is None:
-            raise unmeasured(
-                f"{what}: llama-benchy could not measure {metric} (null)",
-                hint="rerun the cell; a loaded machine can leave it unmeasured",
-            )
+    # before the metrics: a failed request leaves them null, and its error is the reason
     if errors:
         kind = (
             TransportError
@@ -248,6 +263,14 @@ def check_result(
             f"{what}: {len(errors)} requests failed, first: {errors[0]}",
             hint="read the cell log and the engine log",
         )
+    # every request ended without an error, yet a value is missing: an answer read in one burst
+    unmeasured = BurstError if len(ends) >= expected else BenchmarkError
+    for metric in REQUIRED_METRICS:
+        if not isinstance(entry.get(metric), dict) or entry[metric].get("mean") is None:
+            raise unmeasured(
+                f"{what}: llama-benchy could not measure {metric} (null)",
+                hint="rerun the cell; a loaded machine can leave it unmeasured",
+            )
     for metric in PER_REQUEST_METRICS:
         values = (entry.get(metric) or {}).get("values") or []
         if len(values) != expected:
