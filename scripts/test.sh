@@ -100,7 +100,12 @@ from browser import Chromium  # tests/browser.py: Chromium over the DevTools pro
 
 with Chromium() as browser:
     browser.load(Path("dataset/explorer.html"))
-    drawn = browser.evaluate("document.querySelectorAll('.js-plotly-plot .scatterlayer .trace').length")
+    # Plotly draws asynchronously: wait (at most 15 s) until every trace of the page is drawn
+    drawn = browser.evaluate(
+        "new Promise(done => { const n = () => document.querySelectorAll("
+        "'.js-plotly-plot .scatterlayer .trace').length; const t0 = Date.now(); (function poll() {"
+        " if (n() === traceCount || Date.now() - t0 > 15000) done(n()); else setTimeout(poll, 50); })(); })"
+    )
     shown = browser.evaluate("document.getElementById('shown').textContent")
     browser.screenshot(Path("logs/browser/demo-explorer.png"))
     explorer_errors = browser.errors()
