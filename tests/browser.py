@@ -8,8 +8,11 @@ runs over one WebSocket (websocket-client), so no driver binary or browser downl
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -55,6 +58,9 @@ class Chromium:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # its own group: the renderer, GPU, network and crash handler processes are its
+            # children, and they can outlive the browser process writing into the profile
+            start_new_session=True,
         )
         self._events: list[dict[str, Any]] = []
         self._next_id = 0
@@ -132,12 +138,8 @@ class Chromium:
     def close(self) -> None:
         if getattr(self, "_socket", None) is not None:
             self._socket.close()
-        self._process.terminate()
-        try:
-            self._process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
+        _stop_group(self._process.pid)
+        self._process.wait()
         self._profile.cleanup()
 
     def __enter__(self) -> Chromium:
@@ -145,3 +147,31 @@ class Chromium:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _live_members(group: int) -> list[int]:
+    """Processes of the group that still run (a zombie writes nothing)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended while being read
+        state, process_group = fields[0], int(fields[2])
+        if process_group == group and state != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def _stop_group(group: int, grace_s: float = 10) -> None:
+    """Terminate every process of the browser's group and wait until none runs, so nothing
+    writes into the profile while it is removed."""
+    deadline = time.monotonic() + grace_s
+    sent = signal.SIGTERM
+    while members := _live_members(group):
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError):  # ended since it was listed
+                os.kill(pid, sent)
+        if time.monotonic() > deadline:
+            sent = signal.SIGKILL
+        time.sleep(0.05)
