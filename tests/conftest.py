@@ -82,3 +82,14 @@ def gridbench(*args: str, cwd: Path | None = None, check: bool = True, env=None)
         check=check,
         env={**os.environ, **(env or {})},
     )
+
+
+def sweep_logs(workdir: Path, tail_lines: int = 60) -> str:
+    """The cell logs, failure records and engine logs of a sweep, to append to an assertion
+    message: when a sweep fails on a loaded machine, its stdout alone does not say why."""
+    parts = []
+    for pattern in ("logs/cells/**/*.log", "results/failures/**/*.json", "logs/engines/*.log"):
+        for path in sorted(workdir.glob(pattern)):
+            lines = path.read_text(errors="replace").splitlines()[-tail_lines:]
+            parts.append(f"--- {path.relative_to(workdir)}\n" + "\n".join(lines))
+    return "\n".join(parts)

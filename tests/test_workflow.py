@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, free_port, write_config
+from conftest import REPO, free_port, sweep_logs, write_config
 from gridbench.engines.runtime import ProcessRuntime
 
 pytestmark = pytest.mark.workflow
@@ -386,7 +386,7 @@ def test_a_disk_full_mid_cell_keeps_nothing_partial_and_the_rerun_finishes_the_r
     demo_config.pop("natural")
     write_config(workdir / "grid.yaml", demo_config)
     first = snakemake(workdir, "results/raw/D_f16_n0/depth_0.json", "--configfile", "grid.yaml")
-    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.returncode == 0, first.stdout + first.stderr + sweep_logs(workdir)
     kept_before = {p for p in small_results_disk.rglob("*") if p.is_file()}
 
     proc = snakemake(workdir, "--configfile", "grid.yaml", background=True)
@@ -403,7 +403,7 @@ def test_a_disk_full_mid_cell_keeps_nothing_partial_and_the_rerun_finishes_the_r
 
     filler.unlink()
     rerun = snakemake(workdir, "--configfile", "grid.yaml")
-    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr + sweep_logs(workdir)
     assert jobs_of_last_run(workdir, "bench_cell") == [{"config": "D_f16_n0", "depth": "256"}]
     frame = pd.read_csv(workdir / "dataset/dataset.csv")
     assert list(frame["status"]) == ["ok", "ok"]
@@ -424,7 +424,7 @@ def test_a_second_sweep_in_the_same_directory_is_refused_and_kills_nothing(workd
     assert second.returncode != 0
     assert "cannot be locked" in second.stdout + second.stderr  # Snakemake's own, clear message
     output, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, output
+    assert proc.returncode == 0, output + sweep_logs(workdir)
     # had the refused sweep stopped the first one's engine, a cell would have failed or
     # started it again; the one stop is the first sweep's own, at its end
     assert [e["event"] for e in events(workdir) if e["event"] in ("start", "stop")] == ["start", "stop"]

@@ -78,11 +78,23 @@ class CellGap:
 
 
 @dataclass(frozen=True)
+class UnmeasuredValue:
+    """A metric of a cell that ran in both studies but has no value in one or both (llama-benchy
+    leaves prefill null when its latency estimate exceeds the time to first response)."""
+
+    config: str
+    depth: int
+    metric: ComparedMetric
+    missing_in: tuple[str, ...]  # "before", "after" or both
+
+
+@dataclass(frozen=True)
 class StudyComparison:
     threshold: float
     matches: tuple[ConfigMatch, ...]
     changes: tuple[CellChange, ...]
     gaps: tuple[CellGap, ...]
+    unmeasured: tuple[UnmeasuredValue, ...]
     only_before: tuple[str, ...]
     only_after: tuple[str, ...]
 
@@ -144,6 +156,7 @@ def compare_studies(before: pd.DataFrame, after: pd.DataFrame, threshold: float 
     cells_before, cells_after = _cells(before), _cells(after)
     changes: list[CellChange] = []
     gaps: list[CellGap] = []
+    unmeasured: list[UnmeasuredValue] = []
     for match in matches:
         depths = sorted(
             {d for c, d in cells_before if c == match.before}
@@ -163,6 +176,10 @@ def compare_studies(before: pd.DataFrame, after: pd.DataFrame, threshold: float 
                 a = Measure.of(row_before.get(metric.column), row_before.get(f"{metric.column}_std"))
                 b = Measure.of(row_after.get(metric.column), row_after.get(f"{metric.column}_std"))
                 if a is None or b is None or a.mean <= 0:
+                    missing = (("before",) if a is None or a.mean <= 0 else ()) + (
+                        ("after",) if b is None else ()
+                    )
+                    unmeasured.append(UnmeasuredValue(match.after, depth, metric, missing))
                     continue
                 changes.append(
                     CellChange(match.after, depth, metric, a, b, b.ratio(a), _outcome(metric, a, b))
@@ -174,6 +191,7 @@ def compare_studies(before: pd.DataFrame, after: pd.DataFrame, threshold: float 
         matches=tuple(matches),
         changes=tuple(changes),
         gaps=tuple(gaps),
+        unmeasured=tuple(unmeasured),
         only_before=tuple(c for c in dict.fromkeys(before["config"]) if c not in matched_before),
         only_after=tuple(c for c in dict.fromkeys(after["config"]) if c not in matched_after),
     )
@@ -280,12 +298,18 @@ def render_comparison(
             lines.append(f"| `{config}` | {depth} | " + " | ".join(cells) + " |")
         lines.append("")
     other_gaps = [g for g in comparison.gaps if not g.regresses]
-    if other_gaps:
+    if other_gaps or comparison.unmeasured:
         lines += ["## Cells not compared", ""]
         lines += [
             f"- `{g.config}` at depth {g.depth}: {g.before_status} in {before_name}, {g.after_status} in "
             f"{after_name} ({g.reason})"
             for g in other_gaps
+        ]
+        names = {"before": before_name, "after": after_name}
+        lines += [
+            f"- `{u.config}` at depth {u.depth}: {u.metric.label} has no usable value in "
+            f"{' and '.join(names[side] for side in u.missing_in)} (the cell ran; llama-benchy gave none)"
+            for u in comparison.unmeasured
         ]
         lines.append("")
     for link in graph_links:
