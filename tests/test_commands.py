@@ -239,3 +239,15 @@ def test_llamacpp_prefix_caching_off_also_turns_off_the_host_prompt_cache():
     cached = dataclasses.replace(cfg, serving=dataclasses.replace(cfg.serving, prefix_caching=True))
     argv = list(launch_plan(cached, 9000).argv)
     assert "--cache-ram" not in argv and "--no-cache-prompt" not in argv
+
+
+def test_the_schema_allows_exactly_the_registered_engine_kinds():
+    """A kind is one module registered in gridbench.engines.kinds and its name in the schema."""
+    from gridbench.engines.kinds import KINDS
+    from gridbench.grid import schema
+
+    allowed = schema()["properties"]["engines"]["additionalProperties"]["properties"]["kind"]["enum"]
+    assert sorted(allowed) == sorted(KINDS)
+    for name, kind in KINDS.items():
+        assert kind.name == name and kind.metrics_prefix.endswith(":")
+        assert kind.draft_model_methods <= kind.speculation_methods

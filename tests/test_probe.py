@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gridbench.engines.probe import prefix_cache_was_reset
+from gridbench.engines.kinds.vllm import prefix_cache_was_reset
 
 
 @pytest.mark.parametrize(

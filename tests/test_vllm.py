@@ -24,6 +24,7 @@ from gridbench.assets.corpus import write_corpus
 from gridbench.assets.hf_model import write_vllm_test_models
 from gridbench.cell import cell_spec, measure_benchy, run_cell
 from gridbench.engines import probe
+from gridbench.engines.kinds import engine_kind
 from gridbench.engines.manager import EngineLease, SlotManager
 from gridbench.grid import Grid, load_config_files
 from gridbench.spec_metrics import acceptance, parse_spec_counters
@@ -136,7 +137,7 @@ def test_version_comes_from_the_server(site):
         [str(VLLM_ENV / "bin/python"), "-c", read_version], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert installed.startswith("0.32")
-    assert site.first.version == installed == probe.engine_version("vllm", site.first.base_url)
+    assert site.first.version == installed == engine_kind("vllm").version(site.first.base_url)
 
 
 def test_spec_metrics_on_real_exposition_text(engine):
@@ -167,7 +168,7 @@ def test_prefix_cache_reset_empties_the_cache(engine):
 
     hits_of_one_request()
     assert hits_of_one_request() > 100  # the second time the prompt comes from the cache
-    assert probe.reset_prefix_cache("vllm", engine.base_url)
+    assert engine_kind("vllm").reset_prefix_cache(engine.base_url)
     assert hits_of_one_request() == 0  # emptied
 
 

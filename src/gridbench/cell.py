@@ -26,6 +26,7 @@ from typing import Any
 import gridbench
 from gridbench import layout, provenance
 from gridbench.engines import probe
+from gridbench.engines.kinds import engine_kind
 from gridbench.engines.manager import EngineLease, SlotManager, now_iso
 from gridbench.errors import BenchmarkError, DiskFullError, EngineDiedError, EngineError, GridbenchError
 from gridbench.files import atomic_write_bytes, atomic_write_json, atomic_write_text
@@ -301,7 +302,7 @@ def measure_benchy(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[s
     """llama-benchy at the cell's depth, bracketed by spec-decode counter snapshots."""
     cfg = spec.serving_config
     settings = BenchySettings(**spec.benchy)
-    cache_reset = probe.reset_prefix_cache(cfg.engine.kind, engine.base_url, engine.headers)
+    cache_reset = engine_kind(cfg.engine.kind).reset_prefix_cache(engine.base_url, engine.headers)
     book_url = benchy.seed_corpus(Path(settings.corpus))
     snapshots = scratch / "metrics"
     post_run = (
@@ -397,7 +398,7 @@ def measure_natural(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[
     settings = NaturalSettings.from_dict(spec.natural)
     plan = natural.level_plan(settings, spec.natural["prompt"], spec.concurrency, cfg.bench_extra_body)
     endpoint = natural.Endpoint(engine.base_url, cfg.checkpoint.served_model_name, engine.headers)
-    cache_reset = probe.reset_prefix_cache(cfg.engine.kind, engine.base_url, engine.headers)
+    cache_reset = engine_kind(cfg.engine.kind).reset_prefix_cache(engine.base_url, engine.headers)
     started_at = now_iso()
     progress = scratch / layout.NATURAL_PROGRESS  # read live by `gridbench progress`
     warmups = natural.warm_up(endpoint, plan, progress)

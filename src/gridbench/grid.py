@@ -19,14 +19,10 @@ from typing import Any
 
 import yaml
 
+from gridbench.engines.kinds import engine_kind
 from gridbench.errors import ConfigError
 from gridbench.provenance import SECRET_NAME
 
-VLLM_METHODS = frozenset({"dflash", "mtp", "eagle", "eagle3", "draft_model", "ngram", "medusa", "suffix"})
-LLAMACPP_METHODS = frozenset(
-    {"draft-simple", "draft-mtp", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache"}
-)
-DRAFT_MODEL_METHODS = frozenset({"dflash", "eagle", "eagle3", "draft_model", "medusa", "draft-simple"})
 FILTER_KEYS = {
     "engine": "engines",
     "checkpoint": "checkpoints",
@@ -645,7 +641,8 @@ def _speculation(name: str, s: Mapping[str, Any]) -> Speculation:
 def _check_speculation(source: str, config: str, engine: Engine, spec: Speculation) -> None:
     if not spec.enabled:
         return
-    allowed = VLLM_METHODS if engine.kind == "vllm" else LLAMACPP_METHODS
+    kind = engine_kind(engine.kind)
+    allowed = kind.speculation_methods
     where = f"{source}: key speculations.{spec.name}.method (used by configs.{config})"
     if spec.method not in allowed:
         raise ConfigError(
@@ -653,7 +650,7 @@ def _check_speculation(source: str, config: str, engine: Engine, spec: Speculati
             f"{', '.join(sorted(allowed))}",
             hint=f"use a {engine.kind} method or put the config on another engine",
         )
-    if spec.method in DRAFT_MODEL_METHODS and not spec.draft_model:
+    if spec.method in kind.draft_model_methods and not spec.draft_model:
         raise ConfigError(
             f"{where}: method {spec.method} needs draft_model",
             hint=f"set speculations.{spec.name}.draft_model",

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-PREFIXES = ("vllm:spec_decode_", "llamacpp:spec_decode_")
+from gridbench.engines.kinds import KINDS
+
+PREFIXES = tuple(kind.spec_metrics_prefix for kind in KINDS.values())
 _FIELDS = {
     "num_drafts_total": "drafts",
     "num_draft_tokens_total": "draft_tokens",

@@ -41,6 +41,7 @@ from gridbench.engines.allocation import (
     sweep_process,
 )
 from gridbench.engines.commands import LaunchPlan, launch_plan
+from gridbench.engines.kinds import engine_kind
 from gridbench.engines.runtime import DockerRuntime, runtime_for
 from gridbench.errors import EngineError, PortInUseError, SlotBusyError
 from gridbench.files import atomic_write_text
@@ -102,10 +103,6 @@ def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
-
-
-# where each engine kind reads its API key from, so the key never appears in a command line
-ENGINE_KEY_VARIABLE = {"vllm": "VLLM_API_KEY", "llamacpp": "LLAMA_API_KEY"}
 
 
 def api_key(cfg: ServingConfig) -> str | None:
@@ -391,7 +388,7 @@ class SlotManager:
                 f"{plan.shell_line()}\n"
             )
         key = api_key(cfg)
-        env = {ENGINE_KEY_VARIABLE[cfg.engine.kind]: key} if key else {}
+        env = {engine_kind(cfg.engine.kind).api_key_variable: key} if key else {}
         handle = runtime.start(cfg, plan, name=name, gpus=gpus, log_path=log_path, env=env)
         state = {
             "owner": self.owner,
@@ -427,7 +424,7 @@ class SlotManager:
             self._stop_state(slot, state)  # never leave a half-started engine holding the GPU
             raise
         state["ready_s"] = round(ready_s, 3)
-        state["version"] = probe.engine_version(cfg.engine.kind, plan.base_url, headers)
+        state["version"] = engine_kind(cfg.engine.kind).version(plan.base_url, headers)
         for member in slots:
             self._write_state(member, state)
         _log_event("ready", cfg.name, slot=slot, fingerprint=fingerprint, ready_s=state["ready_s"])

@@ -1,4 +1,4 @@
-"""HTTP probes of a running engine: readiness, version, metrics and cache reset."""
+"""HTTP probes of a running engine, whatever its kind: readiness and metrics."""
 
 from __future__ import annotations
 
@@ -112,44 +112,6 @@ def wait_ready(
                 log_tail=log_text(),
             )
         time.sleep(_POLL_S)
-
-
-def engine_version(kind: str, base_url: str, headers: Mapping[str, str] | None = None) -> str | None:
-    """The version the server reports: vLLM's /version, llama.cpp's /props build_info."""
-    if kind == "vllm":
-        status, body = http_get(base_url + "/version", headers=headers)
-        key = "version"
-    else:
-        status, body = http_get(base_url + "/props", headers=headers)
-        key = "build_info"
-    if status != 200:
-        return None
-    try:
-        return json.loads(body).get(key)
-    except (json.JSONDecodeError, AttributeError):
-        return None
-
-
-def prefix_cache_was_reset(status: int, body: str) -> bool:
-    """Whether vLLM's answer to POST /reset_prefix_cache means the cache is empty.
-
-    vLLM serves the route only with VLLM_SERVER_DEV_MODE=1 (404 otherwise). vLLM 0.32
-    answers 200 with {"success": false} while blocks are still held; older releases
-    answered 200 with an empty body."""
-    if status != 200:
-        return False
-    try:
-        answer = json.loads(body)
-    except json.JSONDecodeError:
-        return True
-    return not isinstance(answer, dict) or answer.get("success", True) is True
-
-
-def reset_prefix_cache(kind: str, base_url: str, headers: Mapping[str, str] | None = None) -> bool:
-    """Empty the engine's prefix cache where the server allows it; True when it did."""
-    if kind != "vllm":
-        return False  # llama.cpp reuses slots per request; gridbench sends cache_prompt=false
-    return prefix_cache_was_reset(*http_post(base_url + "/reset_prefix_cache", headers=headers))
 
 
 def fetch_metrics(base_url: str, headers: Mapping[str, str] | None = None) -> str | None:

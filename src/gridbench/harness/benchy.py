@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gridbench import layout
+from gridbench.engines.kinds import engine_kind
 from gridbench.errors import BenchmarkError, ConfigError
 from gridbench.files import atomic_write_bytes
 from gridbench.grid import BenchySettings, ServingConfig
@@ -26,6 +27,8 @@ log = logging.getLogger(__name__)
 
 BENCHY_HOME = Path(".gridbench/benchy-home")
 # Never fetched: llama-benchy reads its cache, keyed by md5 of this URL, before any download.
+# a sitecustomize that gives llama-benchy one connection per request (see its docstring)
+ONE_CONNECTION_PER_REQUEST_SITE = Path(__file__).with_name("benchy_site")
 _UNREACHABLE_BOOK = "http://127.0.0.1:9/gridbench-corpus/{digest}.txt"
 # llama-benchy metrics with one value per successful request (runs x concurrency of them).
 # Prefill throughput is not among them: llama-benchy leaves it out of a request whose time
@@ -133,6 +136,10 @@ def build_run(
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "PYTHONUNBUFFERED": "1",
     }
+    if engine_kind(cfg.engine.kind).closes_streamed_connections:
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(ONE_CONNECTION_PER_REQUEST_SITE), os.environ.get("PYTHONPATH")])
+        )
     key_env = cfg.engine.api_key_env
     if key_env:
         argv[1:1] = ["--api-key", _key_placeholder(key_env)]

@@ -1,0 +1,51 @@
+"""What an engine kind is: everything gridbench needs to know about one inference server."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from gridbench.engines import probe
+
+if TYPE_CHECKING:
+    from gridbench.grid import ServingConfig
+
+
+class EngineKind(ABC):
+    """One server kind. A subclass lives in its own module and is registered in
+    ``gridbench.engines.kinds``; nothing else in gridbench names a kind."""
+
+    name: str
+    api_key_variable: str  # the server reads its key from here, never from its command line
+    speculation_methods: frozenset[str]
+    draft_model_methods: frozenset[str]  # the methods that need a draft_model
+    metrics_prefix: str  # of its Prometheus names, e.g. "vllm:"
+    version_path: str  # a GET that answers JSON with the version under version_key
+    version_key: str
+    # it closes a streamed response's connection right after the last chunk without saying
+    # so, and a client that reuses the connection loses its next request
+    closes_streamed_connections: bool = False
+
+    @abstractmethod
+    def serve_args(self, cfg: ServingConfig, host: str, port: int) -> list[str]:
+        """The serve flags after the engine's command prefix; pure."""
+
+    def version(self, base_url: str, headers: Mapping[str, str] | None = None) -> str | None:
+        """The version the running server reports, or None."""
+        status, body = probe.http_get(base_url + self.version_path, headers=headers)
+        if status != 200:
+            return None
+        try:
+            return json.loads(body).get(self.version_key)
+        except (json.JSONDecodeError, AttributeError):
+            return None
+
+    def reset_prefix_cache(self, base_url: str, headers: Mapping[str, str] | None = None) -> bool:
+        """Empty the server's prefix cache where it allows it; True when it did."""
+        return False
+
+    @property
+    def spec_metrics_prefix(self) -> str:
+        return f"{self.metrics_prefix}spec_decode_"

@@ -1,0 +1,78 @@
+"""llama.cpp's ``llama-server``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gridbench.engines.kinds.base import EngineKind
+
+if TYPE_CHECKING:
+    from gridbench.grid import ServingConfig
+
+# llama.cpp's n-gram types take their draft length from their own flag; the draft-model
+# types (and ngram-cache) from --spec-draft-n-max.
+DRAFT_LENGTH_FLAGS = {
+    "ngram-simple": "--spec-ngram-simple-size-m",
+    "ngram-map-k": "--spec-ngram-map-k-size-m",
+    "ngram-map-k4v": "--spec-ngram-map-k4v-size-m",
+    "ngram-mod": "--spec-ngram-mod-n-max",
+}
+
+
+class LlamaCpp(EngineKind):
+    name = "llamacpp"
+    api_key_variable = "LLAMA_API_KEY"
+    speculation_methods = frozenset(
+        {
+            "draft-simple",
+            "draft-mtp",
+            "ngram-simple",
+            "ngram-mod",
+            "ngram-map-k",
+            "ngram-map-k4v",
+            "ngram-cache",
+        }
+    )
+    draft_model_methods = frozenset({"draft-simple"})
+    metrics_prefix = "llamacpp:"
+    version_path = "/props"
+    version_key = "build_info"
+    # its chunk provider returns false after the last chunk, so cpp-httplib closes the
+    # connection (tests/test_benchy_connections.py shows it)
+    closes_streamed_connections = True
+    # no reset_prefix_cache: llama.cpp reuses slots per request, and with prefix caching off
+    # the server runs with --no-cache-prompt
+
+    def serve_args(self, cfg: ServingConfig, host: str, port: int) -> list[str]:
+        """``llama-server`` flags; /metrics is always on, since acceptance is read there."""
+        ckpt, serving, spec = cfg.checkpoint, cfg.serving, cfg.speculation
+        args = [
+            "-m",
+            ckpt.model,
+            "--alias",
+            ckpt.served_model_name,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "-c",
+            str(serving.max_model_len),
+            "-np",
+            str(serving.parallel_slots),
+            "--metrics",
+        ]
+        if not serving.prefix_caching:
+            # --cache-ram 0 too: llama-server's host prompt cache (8 GiB by default) otherwise saves
+            # every idle slot's KV on each new request, 135-445 ms of TTFT per wave on an H200
+            # (studies/h200-vllm), for prompts that --no-cache-prompt never lets it reuse
+            args += ["--no-cache-prompt", "--cache-ram", "0"]
+        if spec.enabled:
+            args += ["--spec-type", spec.method]
+            if spec.draft_model:
+                args += ["-md", spec.draft_model]
+            length_flag = DRAFT_LENGTH_FLAGS.get(spec.method, "--spec-draft-n-max")
+            args += [length_flag, str(spec.num_speculative_tokens)]
+        return args + list(cfg.serve_args)
+
+
+KIND = LlamaCpp()

@@ -1,0 +1,92 @@
+"""vLLM's ``vllm serve``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from gridbench.engines import probe
+from gridbench.engines.kinds.base import EngineKind
+
+if TYPE_CHECKING:
+    from gridbench.grid import ServingConfig
+
+
+def _fraction(value: float) -> str:
+    """0.8 -> "0.80", as the seeds write memory fractions."""
+    return f"{value:.2f}" if round(value, 2) == value else repr(value)
+
+
+def prefix_cache_was_reset(status: int, body: str) -> bool:
+    """Whether vLLM's answer to POST /reset_prefix_cache means the cache is empty.
+
+    vLLM serves the route only with VLLM_SERVER_DEV_MODE=1 (404 otherwise). vLLM 0.32
+    answers 200 with {"success": false} while blocks are still held; older releases
+    answered 200 with an empty body."""
+    if status != 200:
+        return False
+    try:
+        answer = json.loads(body)
+    except json.JSONDecodeError:
+        return True
+    return not isinstance(answer, dict) or answer.get("success", True) is True
+
+
+class VLLM(EngineKind):
+    name = "vllm"
+    api_key_variable = "VLLM_API_KEY"
+    speculation_methods = frozenset(
+        {"dflash", "mtp", "eagle", "eagle3", "draft_model", "ngram", "medusa", "suffix"}
+    )
+    draft_model_methods = frozenset({"dflash", "eagle", "eagle3", "draft_model", "medusa"})
+    metrics_prefix = "vllm:"
+    version_path = "/version"
+    version_key = "version"
+
+    def serve_args(self, cfg: ServingConfig, host: str, port: int) -> list[str]:
+        """``vllm serve`` flags, in the order the seeds' drivers wrote them."""
+        ckpt, serving, spec = cfg.checkpoint, cfg.serving, cfg.speculation
+        args = [
+            ckpt.model,
+            "--served-model-name",
+            ckpt.served_model_name,
+            "--host",
+            host,
+            "--port",
+            str(port),
+        ]
+        if ckpt.quantization_flag:
+            args += ["--quantization", ckpt.quantization_flag]
+        if ckpt.dtype:
+            args += ["--dtype", ckpt.dtype]
+        args += [
+            "--max-model-len",
+            str(serving.max_model_len),
+            "--gpu-memory-utilization",
+            _fraction(serving.gpu_memory_utilization),
+            "--enable-prefix-caching" if serving.prefix_caching else "--no-enable-prefix-caching",
+            "--enable-chunked-prefill" if serving.chunked_prefill else "--no-enable-chunked-prefill",
+            "--tensor-parallel-size",
+            str(serving.tensor_parallel_size),
+        ]
+        if spec.enabled:
+            if spec.cli_form == "flags":
+                if spec.draft_model:
+                    args += ["--speculative-model", spec.draft_model]
+                args += ["--num-speculative-tokens", str(spec.num_speculative_tokens)]
+            else:
+                speculative = {"method": spec.method}
+                if spec.draft_model:
+                    speculative["model"] = spec.draft_model
+                if spec.num_speculative_tokens is not None:
+                    speculative["num_speculative_tokens"] = spec.num_speculative_tokens
+                speculative.update(spec.extra)
+                args += ["--speculative-config", json.dumps(speculative, separators=(",", ":"))]
+        return args + list(cfg.serve_args)
+
+    def reset_prefix_cache(self, base_url: str, headers: Mapping[str, str] | None = None) -> bool:
+        return prefix_cache_was_reset(*probe.http_post(base_url + "/reset_prefix_cache", headers=headers))
+
+
+KIND = VLLM()
