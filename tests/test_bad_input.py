@@ -184,3 +184,16 @@ def test_the_workflow_stops_before_any_engine_starts(tmp_path, case):
     assert f"gridbench: invalid config: {tmp_path}/bad.yaml" in output or "bad.yaml" in output
     assert CASES[case][1] in output
     assert not (tmp_path / "logs/engines").exists() and not (tmp_path / "results").exists()
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """`gridbench cells … | head`: the pipe closes before the listing is written."""
+    import subprocess
+
+    exe = Path(sys.executable).parent / "gridbench"
+    argv = [str(exe), "cells", "--configfile", str(REPO / "config/config.yaml")]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # before the interpreter has even started: every write fails
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141, stderr
+    assert "Traceback" not in stderr, stderr

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -636,6 +638,11 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"gridbench: error: {scrub(str(err))}", file=sys.stderr)
         return err.exit_code
+    except BrokenPipeError:
+        # the reader left (`gridbench cells | head`): stop quietly, as a SIGPIPE'd tool does,
+        # and keep Python's own flush at exit from failing on the closed pipe again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

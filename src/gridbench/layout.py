@@ -1,7 +1,7 @@
 """Where a sweep's files go, relative to the working directory.
 
-The workflow's rules spell the same patterns literally; tests/test_workflow_layout.py
-keeps the two in step.
+The workflow's rules spell the same patterns literally; tests/test_layout.py keeps the
+two in step.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ ENGINE_EVENTS = "logs/engines/events.jsonl"
 DATASET_CSV = "dataset/dataset.csv"
 DATASET_JSON = "dataset/dataset.json"
 DATASET_PARQUET = "dataset/dataset.parquet"
-NATURAL_PROVENANCE = "results/natural/{config}/{prompt_class}_c{concurrency}.provenance.json"
 NATURAL_CSV = "dataset/natural.csv"
 NATURAL_PARQUET = "dataset/natural.parquet"
 GRAPH = "graphs/{graph}.png"

@@ -170,9 +170,6 @@ def provenance_record(
     return record
 
 
-NATURAL_LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "req_tok_s")
-
-
 def natural_raw(
     config: str,
     prompt_class: str,

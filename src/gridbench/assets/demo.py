@@ -11,7 +11,6 @@ TARGET = ModelShape(n_embd=256, n_layer=4, n_ff=768, head_dim=64)
 # Same width, embedding and output matrix as the target, one thin layer: a cheap draft that
 # agrees with the target on most tokens (see gguf_model's docstring).
 DRAFT = ModelShape(n_embd=256, n_layer=1, n_ff=256, head_dim=64)
-DEMO_FILES = ("target-f16.gguf", "target-q8_0.gguf", "draft-q8_0.gguf", "tokenizer.json")
 
 
 def write_demo_models(outdir: Path) -> list[Path]:
