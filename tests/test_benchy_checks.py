@@ -30,7 +30,6 @@ def settings(**changes) -> BenchySettings:
         runs=2,
         concurrency=1,
         latency_mode="none",
-        prefix_caching_pass=False,
         warmup=True,
         skip_coherence=True,
         extra_body={},
