@@ -45,6 +45,7 @@ DEPTH_GRAPHS = (
     "prefill_vs_context",
     "decode_grouped",
     "ttft_grouped",
+    "ttft_cached_vs_context",
     "speedup_vs_context",
     "acceptance_per_position",
 )
@@ -61,6 +62,7 @@ GRAPH_TITLES = {
     "prefill_vs_context": "Prefill throughput vs context depth",
     "decode_grouped": "Decode tok/s by config across context depths",
     "ttft_grouped": "TTFT by config across context depths (log scale)",
+    "ttft_cached_vs_context": "TTFT cold vs cached context by depth",
     "speedup_vs_context": "Decode speedup over each config's baseline",
     "acceptance_per_position": "Speculative decoding acceptance, per draft position and per depth",
     "natural_tok_s_vs_concurrency": "Natural prompts: aggregate output tok/s vs concurrency",
