@@ -268,7 +268,9 @@ def ttft_cached_vs_context(frame: pd.DataFrame) -> Figure:
                 failed_marked = True
     if values:
         _log_axis(ax)
-    _depth_axis(ax, sorted(int(d) for d in rows["context_tokens"].unique()))
+    depths = sorted(int(d) for d in rows["context_tokens"].unique())
+    _depth_axis(ax, depths)
+    ax.set_xlim(depths[0] / 1.3, depths[-1] * 1.3)  # every depth is above 0: no linear stretch by 0
     ax.set_ylabel("TTFT (ms, log scale; dashed: cold, solid: cached context)")
     _legend(ax)
     return fig
