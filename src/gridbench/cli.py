@@ -52,11 +52,15 @@ def cmd_cells(args: argparse.Namespace) -> int:
         print(f"{cell.config}\tdepth {cell.depth}")
     for cell in skipped:
         print(f"{cell.config}\tdepth {cell.depth}\tskipped: {cell.reason}")
+    cached = grid.prefix_cache_cells()
+    for cell in cached:
+        print(f"{cell.config}\tdepth {cell.depth} cached context")
     natural = grid.natural_cells()
     for cell in natural:
         print(f"{cell.config}\tnatural {cell.prompt_class} c={cell.concurrency}")
     print(
-        f"{len(cells)} llama-benchy cells scheduled, {len(skipped)} skipped; {len(natural)} natural cells",
+        f"{len(cells)} llama-benchy cells scheduled, {len(skipped)} skipped, {len(cached)} with the context "
+        f"cached; {len(natural)} natural cells",
         file=sys.stderr,
     )
     return 0
