@@ -630,9 +630,9 @@ def cached_section(dataset: pd.DataFrame) -> str:
         "prefix cache on. Speedup = cold TTFT ÷ cached TTFT; a failed cell says so."
     )
     blocks = [intro]
-    for config in analysis.config_order(rows):
+    for config, mine in rows.groupby("config", sort=False):
         lines = []
-        for row in rows[rows["config"] == config].sort_values("context_tokens").to_dict("records"):
+        for row in mine.sort_values("context_tokens").to_dict("records"):
             cold = (
                 pm(Measure.of(row["ttft_ms"], row["ttft_ms_std"])) if row["status"] == "ok" else row["status"]
             )
@@ -643,9 +643,8 @@ def cached_section(dataset: pd.DataFrame) -> str:
             )
             speedup = row["ttft_cached_speedup"]
             lines.append((row["context_tokens"], cold, cached, DASH if _na(speedup) else f"{speedup:.2f}×"))
-        label = rows[rows["config"] == config].iloc[0]["config_label"]
         blocks.append(
-            f"### `{config}`: {label}\n\n"
+            f"### `{config}`: {mine.iloc[0]['config_label']}\n\n"
             + table(("depth", "cold TTFT (ms)", "cached TTFT (ms)", "speedup"), lines)
         )
     return "\n\n".join(blocks)
