@@ -1,7 +1,8 @@
 """Aggregation of 2,000 cells: target <= 5 s (issue 4).
 
 Writes 2,000 synthetic depth cells (llama-benchy JSON + provenance record, shaped like
-real ones by gridbench.aggregate.synthetic) and 2,000 natural-prompt cells into a
+real ones by gridbench.aggregate.synthetic), every config's prefix-cache cells (one per
+depth above 0: 1,900 more) and 2,000 natural-prompt cells into a
 temporary folder, then times building each dataset (read, check, rows, CSV + JSON +
 Parquet) against a reference measured in the same run: reading and json-parsing the same
 files and nothing else. Also prints the report's render time over the same frames.
@@ -50,6 +51,7 @@ def grid_config(configs: int) -> dict:
         "serving": {"max_model_len": 1_000_000},
         "configs": {f"{e}_{c}_{s}": {"engine": e, "checkpoint": c, "speculation": s} for e, c, s in names},
         "depths": [1024 * i for i in range(DEPTHS)],
+        "benchy": {"prefix_cache_pass": [f"{e}_{c}_{s}" for e, c, s in names]},
         "natural": {"prompt_classes": list(CLASSES), "concurrency": list(LEVELS)},
     }
     return validate_config(config, "benchmark grid")
@@ -70,6 +72,18 @@ def write_cells(plan, nplan) -> None:
         )
         prov = synthetic.provenance_record(
             cfg, f"cell {cell['config']} depth {depth}", host=host, engine={}, spec=spec
+        )
+        synthetic.write_cell(cell, raw, prov, Path())
+    for cell in plan["cached_cells"]:
+        depth = cell["depth"]
+        raw = synthetic.cached_benchy_raw(
+            depth, load_ttft_ms=(300.0 + depth / 5, 6.0), ttft_ms=(150.0, 4.0), prefill=(3400.0, 40.0)
+        )
+        prov = synthetic.provenance_record(
+            plan["configs"][cell["config"]],
+            f"cell {cell['config']} depth {depth} (cached context)",
+            host=host,
+            engine={},
         )
         synthetic.write_cell(cell, raw, prov, Path())
     for cell in nplan["cells"]:
@@ -138,11 +152,12 @@ def main() -> None:
         size = sum(p.stat().st_size for p in Path("results").rglob("*.json")) / 1e6
         print(
             f"{len(plan['cells'])} depth cells ({configs} configs x {DEPTHS} depths), "
+            f"{len(plan['cached_cells'])} prefix-cache cells, "
             f"{len(nplan['cells'])} natural cells; {size:.0f} MB of JSON"
         )
         depth_frame = measure(
-            "depth dataset",
-            plan["cells"],
+            "depth dataset (with the prefix-cache cells)",
+            plan["cells"] + plan["cached_cells"],
             lambda: dataset.build_from_plan(
                 plan, csv=Path("d.csv"), json_path=Path("d.json"), parquet=Path("d.parquet")
             ),

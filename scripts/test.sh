@@ -60,6 +60,7 @@ expect_jobs bench_cell 126 --configfile config/config.yaml
 expect_jobs bench_cell 70 --config engine=aeon
 expect_jobs natural_cell 48 --configfile config/studies/qwen36-35b-a3b-dflash.yaml
 expect_jobs bench_cell 8 --configfile config/ci-vllm.yaml
+expect_jobs bench_cached_cell 3 --configfile config/demo.yaml  # the prefix-cache pass: depths 256-1024
 
 step "tests"
 python -m pytest -q -m "not slurm" --durations=15 tests

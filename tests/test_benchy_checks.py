@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gridbench.aggregate import synthetic
 from gridbench.errors import BenchmarkError
 from gridbench.grid import BenchySettings
 from gridbench.harness.benchy import (
@@ -30,7 +31,6 @@ def settings(**changes) -> BenchySettings:
         runs=2,
         concurrency=1,
         latency_mode="none",
-        prefix_caching_pass=False,
         warmup=True,
         skip_coherence=True,
         extra_body={},
@@ -147,3 +147,64 @@ def test_a_request_that_failed_is_the_reason_though_metrics_are_null_too():
     with pytest.raises(BenchmarkError, match="1 requests failed, first: HTTP 500: injected") as info:
         check_result(result, failed, depth=0, settings=settings(runs=1), what="cell")
     assert not isinstance(info.value, TransportError)
+
+
+# --- the prefix-cache pass: llama-benchy's --enable-prefix-caching --------------------------
+
+
+def cached_result(**measured_changes) -> dict:
+    result = synthetic.cached_benchy_raw(
+        1024, load_ttft_ms=(90.0, 1.0), ttft_ms=(20.0, 1.0), prefill=(6000.0, 60.0), pp=128, tg=64
+    )
+    result["benchmarks"][1].update(measured_changes)
+    return result
+
+
+# a context load, then the measured request, per run: twice the requests of a cold cell
+BOTH_PHASES = [{"type": "request_end", "total_tokens": 64, "error": ""}] * 4
+
+
+def test_a_cached_result_needs_only_its_time_to_first_token():
+    """llama-benchy leaves prefill null when a cached answer came within its latency, and a
+    cached answer may arrive in one burst: the cached cell measures TTFT, the cold one decode."""
+    result = cached_result(pp_throughput=None, tg_throughput=None, tg_req_throughput=None)
+    entry = check_result(
+        result, BOTH_PHASES, depth=1024, settings=settings(exact_tg=True), what="cell", prefix_cache=True
+    )
+    assert entry["e2e_ttft"]["mean"] == 20.0 and not entry["is_context_prefill_phase"]
+    with pytest.raises(BenchmarkError, match="could not measure e2e_ttft"):
+        check_result(
+            cached_result(e2e_ttft=None),
+            BOTH_PHASES,
+            depth=1024,
+            settings=settings(),
+            what="c",
+            prefix_cache=True,
+        )
+
+
+def test_a_cached_result_without_its_context_load_is_a_cold_measurement_and_fails():
+    result = cached_result()
+    result["benchmarks"] = result["benchmarks"][1:]
+    with pytest.raises(BenchmarkError, match="0 context-load phases for depth 1024"):
+        check_result(result, BOTH_PHASES, depth=1024, settings=settings(), what="cell", prefix_cache=True)
+
+
+def test_a_failed_context_load_fails_the_cached_cell():
+    progress = [*BOTH_PHASES[:3], {"type": "request_end", "total_tokens": 0, "error": "HTTP 500: load"}]
+    with pytest.raises(BenchmarkError, match="1 requests failed, first: HTTP 500: load"):
+        check_result(
+            cached_result(), progress, depth=1024, settings=settings(), what="cell", prefix_cache=True
+        )
+
+
+def test_exact_tg_counts_the_requests_of_both_phases():
+    with pytest.raises(BenchmarkError, match="fewer requests than runs"):
+        check_result(
+            cached_result(),
+            BOTH_PHASES[:2],
+            depth=1024,
+            settings=settings(exact_tg=True),
+            what="c",
+            prefix_cache=True,
+        )

@@ -103,6 +103,38 @@ def test_typo_is_an_error_naming_the_file_key_and_allowed_keys():
     assert "'rnus' was unexpected" in message and "allowed keys:" in message and "runs" in message
 
 
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        # the whole-sweep switch it replaced is gone, not kept beside it
+        (lambda c: c["benchy"].update(prefix_caching_pass=True), "'prefix_caching_pass' was unexpected"),
+        (
+            lambda c: c["benchy"].update(prefix_cache_pass=True),
+            "key benchy.prefix_cache_pass: True is not of type",
+        ),
+        (
+            lambda c: c["benchy"].update(prefix_cache_pass=["D_q8_0_n1"]),
+            "key benchy.prefix_cache_pass: unknown config 'D_q8_0_n1'; allowed values: D_f16_n0,",
+        ),
+    ],
+)
+def test_the_prefix_cache_pass_names_configs_and_a_typo_is_an_error(change, expected):
+    assert expected in bad(change)
+
+
+def test_the_prefix_cache_pass_has_a_cell_per_depth_with_context_and_its_engine_caches():
+    grid = Grid.from_config(validate_config(load_yaml(REPO / "config/demo.yaml"), "demo.yaml"))
+    assert grid.prefix_cache_pass == ("D_q8_0_n0",)
+    assert [(c.config, c.depth) for c in grid.prefix_cache_cells()] == [
+        ("D_q8_0_n0", d) for d in (256, 512, 1024)
+    ]
+    cold = grid.configs["D_q8_0_n0"]
+    cached = cold.with_prefix_cache()
+    assert not cold.serving.prefix_caching and cached.serving.prefix_caching
+    assert cached.fingerprint() != cold.fingerprint()  # the slot manager starts another engine
+    assert cached.with_prefix_cache() == cached  # a config with the cache on keeps its engine
+
+
 def test_enum_errors_list_the_allowed_values():
     message = bad(lambda c: c["engines"]["llamacpp"].update(kind="sglang"))
     assert "key engines.llamacpp.kind" in message and "allowed values: vllm, llamacpp" in message

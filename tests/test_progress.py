@@ -127,11 +127,17 @@ def test_the_plan_names_every_cell_with_its_files_and_expected_requests():
     assert code_c4.expected_requests == 4
 
 
-def test_the_prefix_caching_pass_doubles_the_requests_of_a_cell_with_context():
+def test_the_prefix_cache_pass_adds_a_cell_per_depth_with_context_that_counts_its_context_loads():
     config = demo_config()
-    config["benchy"]["prefix_caching_pass"] = True
-    cells = planned_cells(Grid.from_config(config, "demo.yaml"))
-    assert [c.expected_requests for c in cells if c.kind == "benchy"] == [2, 4, 4, 4]
+    config["benchy"]["prefix_cache_pass"] = ["D_f16_n0"]
+    cells = by_label(planned_cells(Grid.from_config(config, "demo.yaml")))
+    cached = [cell for label, cell in cells.items() if label.endswith("cached")]
+    assert [c.label for c in cached] == [f"D_f16_n0 depth {d} cached" for d in (256, 512, 1024)]
+    assert [c.expected_requests for c in cached] == [4, 4, 4]  # a context load before each request
+    assert cells["D_f16_n0 depth 256"].expected_requests == 2  # the cold cell as before
+    assert cached[0].result == "results/raw/D_f16_n0/depth_256.pc.json"
+    assert cached[0].failure == "results/failures/D_f16_n0/depth_256.pc.json"
+    assert cached[0].scratch_name == "D_f16_n0-depth_256.pc"
 
 
 def test_done_failed_and_running_cells_with_an_eta_from_the_measured_times(tmp_path):

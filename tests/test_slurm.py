@@ -110,6 +110,7 @@ def sweep(tmp_path_factory, demo_assets) -> Sweep:
         pytest.skip(message)
     root = tmp_path_factory.mktemp("slurm")
     config = load_yaml(REPO / "config/demo.yaml")  # the demo grid: every config and depth
+    config["benchy"].pop("prefix_cache_pass")  # one engine per config job (the pass adds a second)
     # two jobs share this machine's two cores: one thread per engine, and no latency
     # subtraction, so load cannot fail a measurement
     config["engines"]["llamacpp"].update(port=free_port(), extra_args=["--threads", "1"])

@@ -87,6 +87,91 @@ def test_small_grid_end_to_end(workdir, demo_config):
     assert "--depth" in prov["bench"]["argv"] and prov["fingerprint"]
 
 
+def test_the_prefix_cache_pass_measures_cached_context_beside_cold_with_a_real_cache_hit(
+    workdir, demo_config
+):
+    """Its own cells, raw files, failure records and engine (llama.cpp's prompt cache on; the
+    cold cells keep theirs off); a failed cached cell is shown failed and reruns alone; the
+    dataset columns come from its raw file."""
+    demo_config["configs"] = {"D_q8_0_n0": demo_config["configs"]["D_q8_0_n0"]}
+    demo_config["depths"] = [0, 1024]
+    demo_config.pop("natural")
+    demo_config["benchy"]["prefix_cache_pass"] = ["D_q8_0_n0"]
+    write_config(workdir / "grid.yaml", demo_config)
+    proc = snakemake(workdir, "--configfile", "grid.yaml", background=True)
+    wait_for_measuring(proc, workdir / "logs/cells/D_q8_0_n0/depth_1024.pc.log")
+    kill_engine(slot_state()["handle"])  # the cached cell's engine dies mid-cell
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode != 0, output
+    failure = json.loads((workdir / "results/failures/D_q8_0_n0/depth_1024.pc.json").read_text())
+    assert failure["prefix_cache"] is True and failure["cell"] == "cell D_q8_0_n0 depth 1024 (cached context)"
+    partial = pd.read_csv(workdir / "partial/dataset/dataset.csv").set_index("context_tokens")
+    assert list(partial["status"]) == ["ok", "ok"]  # the cold cells stand
+    assert partial.loc[1024, "cached_status"] == "failed" and "died" in partial.loc[1024, "cached_reason"]
+    assert pd.isna(partial.loc[1024, "ttft_ms_cached"])
+
+    rerun = snakemake(workdir, "--configfile", "grid.yaml")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert jobs_of_last_run(workdir, "bench_cached_cell") == [{"config": "D_q8_0_n0", "depth": "1024"}]
+    assert jobs_of_last_run(workdir, "bench_cell") == []
+    assert not (workdir / "results/failures/D_q8_0_n0/depth_1024.pc.json").exists()
+
+    raw = json.loads((workdir / "results/raw/D_q8_0_n0/depth_1024.pc.json").read_text())
+    assert raw["prefix_caching_enabled"] is True
+    assert [b["is_context_prefill_phase"] for b in raw["benchmarks"]] == [True, False]
+    assert not (workdir / "results/raw/D_q8_0_n0/depth_0.pc.json").exists()  # no context to cache
+    cold = json.loads((workdir / "results/raw/D_q8_0_n0/depth_1024.provenance.json").read_text())
+    cached = json.loads((workdir / "results/raw/D_q8_0_n0/depth_1024.pc.provenance.json").read_text())
+    assert "--no-cache-prompt" in cold["engine"]["serve_argv"]
+    assert "--no-cache-prompt" not in cached["engine"]["serve_argv"]
+    assert "--enable-prefix-caching" in cached["bench"]["argv"]
+    assert "--enable-prefix-caching" not in cold["bench"]["argv"]
+    starts = [e["fingerprint"] for e in events(workdir) if e["event"] == "start"]
+    # the cold engine, then the cached one once the cold cells are done; again for the rerun
+    assert starts == [cold["fingerprint"], cached["fingerprint"], cached["fingerprint"]]
+    assert cached["fingerprint"] != cold["fingerprint"]
+
+    frame = pd.read_parquet(workdir / "dataset/dataset.parquet").set_index("context_tokens")
+    assert pd.isna(frame.loc[0, "cached_status"])
+    row = frame.loc[1024]
+    assert row["status"] == "ok" and row["cached_status"] == "ok"
+    # a real hit: the cached request prefills the prompt alone, the cold one the 1024-token context too
+    assert row["ttft_ms_cached"] < row["ttft_ms"] and row["ttft_cached_speedup"] > 1
+    assert row["ttft_cached_speedup"] == pytest.approx(row["ttft_ms"] / row["ttft_ms_cached"])
+    assert row["cached_raw_path"] == "results/raw/D_q8_0_n0/depth_1024.pc.json"
+    assert (workdir / "graphs/ttft_cached_vs_context.png").stat().st_size > 10_000
+    report = (workdir / "dataset/comparison.md").read_text()
+    assert "## Prefix cache: TTFT cold vs cached context" in report
+    assert "| depth | cold TTFT (ms) | cached TTFT (ms) | speedup |" in report
+
+
+def test_the_prefix_cache_pass_schedules_its_cells_after_each_configs_other_cells(
+    tmp_path, demo_config, monkeypatch
+):
+    """A cell per depth above 0 of the named configs, none for the others, and each config's
+    cached cells after all its cold and natural ones: its engine switches once."""
+    monkeypatch.chdir(tmp_path)
+    demo_config["benchy"]["prefix_cache_pass"] = ["D_f16_n0", "D_q8_0_draft4"]
+    write_config(tmp_path / "grid.yaml", demo_config)
+    result = snakemake(tmp_path, "-n", "--configfile", "grid.yaml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    jobs = []
+    for rule, block in re.findall(
+        r"^(?:local)?rule (\w+):\n(.*?)(?=^\S|\Z)", result.stdout, re.MULTILINE | re.DOTALL
+    ):
+        config = re.search(r"wildcards: config=(\w+)", block)
+        if config and rule.endswith("cell"):
+            jobs.append((rule, config.group(1), int(re.search(r"priority: (-?\d+)", block).group(1))))
+    cached = [(config, priority) for rule, config, priority in jobs if rule == "bench_cached_cell"]
+    assert sorted(config for config, _ in cached) == ["D_f16_n0"] * 3 + ["D_q8_0_draft4"] * 3
+    by_config = list(demo_config["configs"])
+    for config in ("D_f16_n0", "D_q8_0_draft4"):
+        own = [p for rule, c, p in jobs if c == config and rule != "bench_cached_cell"]
+        later = [p for _, c, p in jobs if by_config.index(c) > by_config.index(config)]
+        mine = [p for c, p in cached if c == config]
+        assert min(own) > max(mine) and min(mine) > max(later, default=-(10**9))
+
+
 RUNTIMES = ["process", pytest.param("docker", marks=pytest.mark.docker)]
 
 

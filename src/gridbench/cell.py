@@ -58,6 +58,7 @@ class CellSpec:
     prompt_class: str | None = None
     concurrency: int | None = None
     natural: dict[str, Any] | None = None
+    prefix_cache: bool = False  # a llama-benchy cell of the prefix-cache pass
 
     @classmethod
     def from_context(cls, path: Path, kind: str, **coordinates: Any) -> CellSpec:
@@ -70,19 +71,22 @@ class CellSpec:
 
     @property
     def serving_config(self) -> ServingConfig:
-        return ServingConfig.from_dict(self.config)
+        cfg = ServingConfig.from_dict(self.config)
+        return cfg.with_prefix_cache() if self.prefix_cache else cfg
 
     @property
     def cell_id(self) -> str:
         if self.kind == "benchy":
-            return layout.BENCHY_CELL_ID.format(depth=self.depth)
+            return (layout.CACHED_CELL_ID if self.prefix_cache else layout.BENCHY_CELL_ID).format(
+                depth=self.depth
+            )
         return layout.NATURAL_CELL_ID.format(prompt_class=self.prompt_class, concurrency=self.concurrency)
 
     @property
     def what(self) -> str:
         name = self.config["name"]
         if self.kind == "benchy":
-            return f"cell {name} depth {self.depth}"
+            return f"cell {name} depth {self.depth}" + (" (cached context)" if self.prefix_cache else "")
         return f"cell {name} {self.prompt_class} c={self.concurrency}"
 
     def failure_path(self) -> Path:
@@ -274,6 +278,7 @@ def _write_failure(spec: CellSpec, err: BaseException, started_at: str) -> None:
         "config": spec.config["name"],
         "kind": spec.kind,
         "depth": spec.depth,
+        "prefix_cache": spec.prefix_cache,
         "prompt_class": spec.prompt_class,
         "concurrency": spec.concurrency,
         "error_type": kind,
@@ -302,6 +307,8 @@ def measure_benchy(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[s
     """llama-benchy at the cell's depth, bracketed by spec-decode counter snapshots."""
     cfg = spec.serving_config
     settings = BenchySettings(**spec.benchy)
+    # a cold cell starts from an empty cache; a prefix-cache cell too, so that only its own
+    # context loads are there to hit, not what earlier cells left
     cache_reset = engine_kind(cfg.engine.kind).reset_prefix_cache(engine.base_url, engine.headers)
     book_url = benchy.seed_corpus(Path(settings.corpus))
     snapshots = scratch / "metrics"
@@ -323,6 +330,7 @@ def measure_benchy(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[s
             book_url=book_url,
             workdir=scratch,
             post_run_cmd=post_run,
+            prefix_cache=spec.prefix_cache,
         )
         before_own = probe.fetch_metrics(engine.base_url, engine.headers) if post_run else None
         bench_started = now_iso()
@@ -340,6 +348,7 @@ def measure_benchy(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[s
                 depth=spec.depth,
                 settings=settings,
                 what=spec.what,
+                prefix_cache=spec.prefix_cache,
             )
             break
         except benchy.RetryableError as err:
@@ -350,8 +359,9 @@ def measure_benchy(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[s
     spec_decode = None
     if post_run:
         spec_decode = _acceptance(snapshots, before_own, after, settings.warmup, spec.what)
+    decode = (entry.get("tg_throughput") or {}).get("mean")
     log.info(
-        f"{spec.what}: decode {entry['tg_throughput']['mean']:.2f} tok/s, "
+        f"{spec.what}: decode {'-' if decode is None else f'{decode:.2f}'} tok/s, "
         f"TTFT {entry['e2e_ttft']['mean']:.1f} ms"
     )
     return {

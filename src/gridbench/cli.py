@@ -54,11 +54,15 @@ def cmd_cells(args: argparse.Namespace) -> int:
         print(f"{cell.config}\tdepth {cell.depth}")
     for cell in skipped:
         print(f"{cell.config}\tdepth {cell.depth}\tskipped: {cell.reason}")
+    cached = grid.prefix_cache_cells()
+    for cell in cached:
+        print(f"{cell.config}\tdepth {cell.depth} cached context")
     natural = grid.natural_cells()
     for cell in natural:
         print(f"{cell.config}\tnatural {cell.prompt_class} c={cell.concurrency}")
     print(
-        f"{len(cells)} llama-benchy cells scheduled, {len(skipped)} skipped; {len(natural)} natural cells",
+        f"{len(cells)} llama-benchy cells scheduled, {len(skipped)} skipped, {len(cached)} with the context "
+        f"cached; {len(natural)} natural cells",
         file=sys.stderr,
     )
     return 0
@@ -115,7 +119,7 @@ def cmd_engine_status(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from gridbench.cell import CellSpec, measure_benchy, run_cell
 
-    spec = CellSpec.from_context(args.context, "benchy", depth=args.depth)
+    spec = CellSpec.from_context(args.context, "benchy", depth=args.depth, prefix_cache=args.prefix_cache)
     return run_cell(spec, {"raw": args.raw, "provenance": args.provenance}, measure_benchy)
 
 
@@ -490,6 +494,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="run one llama-benchy cell (called by the workflow)")
     p.add_argument("--context", required=True, type=Path, help="the config's cell context (JSON)")
     p.add_argument("--depth", required=True, type=int)
+    p.add_argument(
+        "--prefix-cache",
+        action="store_true",
+        help="the prefix-cache pass: llama-benchy's --enable-prefix-caching on the engine with its cache on",
+    )
     p.add_argument("--raw", required=True, type=Path)
     p.add_argument("--provenance", required=True, type=Path)
     p.set_defaults(func=cmd_bench)

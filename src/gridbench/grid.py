@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -243,7 +243,6 @@ class BenchySettings:
     runs: int
     concurrency: int
     latency_mode: str
-    prefix_caching_pass: bool
     warmup: bool
     skip_coherence: bool
     extra_body: dict[str, Any]
@@ -285,6 +284,12 @@ class ServingConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def with_prefix_cache(self) -> ServingConfig:
+        """The config as its prefix-cache pass serves it: the engine's prefix cache on. A
+        config that has it off gets a second engine (another fingerprint), so its cold cells
+        keep measuring an engine without the cache's bookkeeping."""
+        return replace(self, serving=replace(self.serving, prefix_caching=True))
 
     def fingerprint(self) -> str:
         """Hash of everything that decides how the engine is started."""
@@ -356,6 +361,9 @@ class Grid:
     natural: dict[str, Any] | None
     study: dict[str, Any]
     gpu_slots: tuple[str, ...] | None
+    # configs with a prefix-cache pass; kept out of BenchySettings, which every cell's context
+    # holds: adding a config to the pass must not rerun the cold cells
+    prefix_cache_pass: tuple[str, ...] = ()
     filters: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _dicts: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
 
@@ -402,7 +410,16 @@ class Grid:
                 volumes=tuple(Volume(**v) for v in entry.get("volumes", [])),
                 bench_extra_body=dict(entry.get("bench", {}).get("extra_body", {})),
             )
-        benchy = BenchySettings(**config["benchy"])
+        benchy_settings = dict(config["benchy"])
+        prefix_cache_pass = tuple(benchy_settings.pop("prefix_cache_pass", ()))
+        unknown = [name for name in prefix_cache_pass if name not in configs]
+        if unknown:
+            raise ConfigError(
+                f"{source}: key benchy.prefix_cache_pass: unknown config {', '.join(map(repr, unknown))}; "
+                f"allowed values: {', '.join(configs)}",
+                hint="list config names declared under configs",
+            )
+        benchy = BenchySettings(**benchy_settings)
         for name, cfg in configs.items():
             if benchy.pp + benchy.tg > cfg.serving.max_model_len:
                 raise ConfigError(
@@ -418,6 +435,7 @@ class Grid:
             natural=config.get("natural"),
             study=dict(config.get("study", {})),
             gpu_slots=tuple(map(str, config["gpu_slots"])) if config.get("gpu_slots") else None,
+            prefix_cache_pass=prefix_cache_pass,
         )
         if not grid.depths and grid.natural is None:
             raise ConfigError(
@@ -495,6 +513,11 @@ class Grid:
                 else:
                     scheduled.append(Cell(cfg.name, depth))
         return scheduled, skipped
+
+    def prefix_cache_cells(self) -> list[Cell]:
+        """The prefix-cache pass's cells, one per scheduled cell with context of a config in
+        benchy.prefix_cache_pass (at depth 0 there is no context to cache)."""
+        return [c for c in self.cells()[0] if c.config in self.prefix_cache_pass and c.depth > 0]
 
     def natural_cells(self) -> list[NaturalCell]:
         """Natural-prompt cells in run order: config, then prompt class, then concurrency."""

@@ -10,6 +10,11 @@ RAW = "results/raw/{config}/depth_{depth}.json"
 PROVENANCE = "results/raw/{config}/depth_{depth}.provenance.json"
 FAILURE = "results/failures/{config}/depth_{depth}.json"
 CELL_LOG = "logs/cells/{config}/depth_{depth}.log"
+# the prefix-cache pass's cell of the same (config, depth): llama-benchy's two-phase mode
+CACHED_RAW = "results/raw/{config}/depth_{depth}.pc.json"
+CACHED_PROVENANCE = "results/raw/{config}/depth_{depth}.pc.provenance.json"
+CACHED_FAILURE = "results/failures/{config}/depth_{depth}.pc.json"
+CACHED_LOG = "logs/cells/{config}/depth_{depth}.pc.log"
 NATURAL = "results/natural/{config}/{prompt_class}_c{concurrency}.json"
 NATURAL_PROVENANCE = "results/natural/{config}/{prompt_class}_c{concurrency}.provenance.json"
 NATURAL_FAILURE = "results/failures/natural/{config}/{prompt_class}_c{concurrency}.json"
@@ -17,6 +22,7 @@ NATURAL_LOG = "logs/cells/{config}/natural_{prompt_class}_c{concurrency}.log"
 # A running cell's scratch folder, SCRATCH/SCRATCH_PREFIX + 8 characters of tempfile.mkdtemp,
 # names the cell and its start (Unix seconds), and holds its load generator's progress file.
 BENCHY_CELL_ID = "depth_{depth}"
+CACHED_CELL_ID = "depth_{depth}.pc"
 NATURAL_CELL_ID = "{prompt_class}_c{concurrency}"
 SCRATCH = "results/.tmp"
 SCRATCH_PREFIX = "{config}-{cell_id}-{started_s}-"
@@ -38,6 +44,7 @@ DEPTH_GRAPHS = (
     "prefill_vs_context",
     "decode_grouped",
     "ttft_grouped",
+    "ttft_cached_vs_context",
     "speedup_vs_context",
     "acceptance_per_position",
 )
@@ -54,6 +61,7 @@ GRAPH_TITLES = {
     "prefill_vs_context": "Prefill throughput vs context depth",
     "decode_grouped": "Decode tok/s by config across context depths",
     "ttft_grouped": "TTFT by config across context depths (log scale)",
+    "ttft_cached_vs_context": "TTFT cold vs cached context by depth",
     "speedup_vs_context": "Decode speedup over each config's baseline",
     "acceptance_per_position": "Speculative decoding acceptance, per draft position and per depth",
     "natural_tok_s_vs_concurrency": "Natural prompts: aggregate output tok/s vs concurrency",

@@ -26,6 +26,17 @@ def benchy_plan(grid: Grid) -> dict[str, Any]:
             for cell in cells
         ],
         "skipped": [{"config": s.config, "depth": s.depth, "reason": s.reason} for s in skipped],
+        "cached_cells": [
+            {
+                "config": cell.config,
+                "depth": cell.depth,
+                "raw": layout.CACHED_RAW.format(config=cell.config, depth=cell.depth),
+                "provenance": layout.CACHED_PROVENANCE.format(config=cell.config, depth=cell.depth),
+                "failure": layout.CACHED_FAILURE.format(config=cell.config, depth=cell.depth),
+                "log": layout.CACHED_LOG.format(config=cell.config, depth=cell.depth),
+            }
+            for cell in grid.prefix_cache_cells()
+        ],
     }
 
 

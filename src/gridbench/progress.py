@@ -57,8 +57,6 @@ def planned_cells(grid: Grid) -> list[PlannedCell]:
     benchy = grid.benchy
     for cell in grid.cells()[0]:
         names = {"config": cell.config, "depth": cell.depth}
-        # with the prefix-caching pass, a run sends a context-load request before each measured one
-        per_run = 2 if benchy.prefix_caching_pass and cell.depth > 0 else 1
         cells.append(
             PlannedCell(
                 kind="benchy",
@@ -68,8 +66,24 @@ def planned_cells(grid: Grid) -> list[PlannedCell]:
                 result=layout.RAW.format(**names),
                 provenance=layout.PROVENANCE.format(**names),
                 failure=layout.FAILURE.format(**names),
-                expected_requests=benchy.runs * benchy.concurrency * per_run,
+                expected_requests=benchy.runs * benchy.concurrency,
                 timing_keys=(("benchy", cell.config, cell.depth), ("benchy", cell.depth), ("benchy",)),
+            )
+        )
+    for cell in grid.prefix_cache_cells():
+        names = {"config": cell.config, "depth": cell.depth}
+        cells.append(
+            PlannedCell(
+                kind="benchy",
+                config=cell.config,
+                cell_id=layout.CACHED_CELL_ID.format(depth=cell.depth),
+                label=f"{cell.config} depth {cell.depth} cached",
+                result=layout.CACHED_RAW.format(**names),
+                provenance=layout.CACHED_PROVENANCE.format(**names),
+                failure=layout.CACHED_FAILURE.format(**names),
+                # a context-load request before each measured one
+                expected_requests=benchy.runs * benchy.concurrency * 2,
+                timing_keys=(("cached", cell.config, cell.depth), ("cached", cell.depth), ("cached",)),
             )
         )
     for cell in grid.natural_cells():

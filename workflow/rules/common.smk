@@ -78,7 +78,8 @@ _NATURAL_RANK = {
         for c in (GRID.natural or {}).get("concurrency", [])
     )
 }
-_PER_CONFIG = len(_DEPTH_RANK) + len(_NATURAL_RANK) + 1
+# a config's cells in run order: depths, natural matrix, then the prefix-cache pass
+_PER_CONFIG = 2 * len(_DEPTH_RANK) + len(_NATURAL_RANK) + 1
 
 
 wildcard_constraints:
@@ -107,7 +108,7 @@ def get_final_outputs():
 
 
 def get_raw_results(wildcards):
-    return [cell["raw"] for cell in PLAN["cells"]]
+    return [cell["raw"] for cell in PLAN["cells"] + PLAN["cached_cells"]]
 
 
 def get_natural_results(wildcards):
@@ -213,6 +214,15 @@ def get_cell_priority(wildcards):
             len(_DEPTH_RANK)
             + _NATURAL_RANK[(wildcards.prompt_class, int(wildcards.concurrency))]
         )
+    return _PER_CONFIG * config_rank - within
+
+
+def get_cached_cell_priority(wildcards):
+    """A config's prefix-cache cells run after all its other cells: their engine has the
+    prefix cache on, so (unless the config has it on already) it replaces the config's cold
+    engine once, and the cold cells never wait for a restart back."""
+    config_rank = len(_CONFIG_RANK) - _CONFIG_RANK[wildcards.config]
+    within = len(_DEPTH_RANK) + len(_NATURAL_RANK) + _DEPTH_RANK[int(wildcards.depth)]
     return _PER_CONFIG * config_rank - within
 
 

@@ -37,6 +37,12 @@ rule plot_depth_graphs:
             subcategory="Context depth",
         ),
         report(
+            "graphs/ttft_cached_vs_context.png",
+            caption="../report/ttft_cached_vs_context.rst",
+            category="Graphs",
+            subcategory="Context depth",
+        ),
+        report(
             "graphs/speedup_vs_context.png",
             caption="../report/speedup_vs_context.rst",
             category="Graphs",

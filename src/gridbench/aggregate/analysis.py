@@ -63,6 +63,13 @@ def measured(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["status"] == "ok"]
 
 
+def with_cached(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows that have a prefix-cache cell (none in a dataset built before the pass existed)."""
+    if "cached_status" not in frame.columns:
+        return frame.iloc[0:0]
+    return frame[frame["cached_status"].notna()]
+
+
 def config_order(frame: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(frame["config"]))
 

@@ -1,5 +1,8 @@
 """The dataset: one row per (config, depth) cell of the grid, measured, failed or skipped.
 
+A depth cell with a prefix-cache cell (benchy.prefix_cache_pass) carries that cell's
+cached-context TTFT and prefill beside its own cold ones, and the cached cell's own status.
+
 ``rows_from_results`` is pure (records in, rows out); ``build_from_plan`` reads the files
 the plan names (any of them may be missing: that cell becomes a failed row) and writes
 CSV, strict JSON and Parquet.
@@ -13,7 +16,7 @@ import json
 import logging
 import re
 import shlex
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,7 @@ import pandas as pd
 
 from gridbench.errors import ResultFileError
 from gridbench.files import atomic_write_bytes, atomic_write_text
-from gridbench.harness.benchy import REQUIRED_METRICS
+from gridbench.harness.benchy import CACHED_REQUIRED_METRICS, REQUIRED_METRICS
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,20 @@ STATUS = ["status", "reason"]
 MEASURES = ["context_tokens", "prompt_tokens", "gen_tokens", "concurrency", "runs"] + [
     col for name in METRICS.values() for col in (name, f"{name}_std")
 ]
+# the prefix-cache cell of the same (config, depth): None where the config has no pass
+CACHED = [
+    "cached_status",
+    "cached_reason",
+    "ttft_ms_cached",
+    "ttft_ms_cached_std",
+    "prefill_tps_cached",
+    "prefill_tps_cached_std",
+    "ttft_cached_speedup",  # cold ttft_ms / ttft_ms_cached
+]
+# llama-benchy takes the server's prompt-token count when it lies within 20 % of the count
+# it expects (pp in the cached phase); the server counts the cached context too, so below
+# this depth/pp its cached prefill throughput counts the context's tokens as prefilled
+CACHED_PREFILL_MIN_DEPTH_RATIO = 0.2
 ACCEPTANCE = [
     "acceptance_rate",
     "mean_acceptance_length",
@@ -89,7 +106,8 @@ PROVENANCE = [
 ]
 FAILURE = ["error_type", "exit_code", "failed_at"]
 FILES = ["raw_path", "provenance_path", "failure_path", "log_path"]
-COLUMNS = CONFIG_META + STATUS + MEASURES + ACCEPTANCE + PROVENANCE + FAILURE + FILES
+CACHED_FILES = ["cached_raw_path", "cached_failure_path", "cached_log_path"]
+COLUMNS = CONFIG_META + STATUS + MEASURES + CACHED + ACCEPTANCE + PROVENANCE + FAILURE + FILES + CACHED_FILES
 INTEGER_COLUMNS = [
     "num_speculative_tokens",
     "context_tokens",
@@ -103,6 +121,7 @@ INTEGER_COLUMNS = [
 FLOAT_COLUMNS = [
     "active_weight_gb",
     *[c for c in MEASURES if c.endswith(("_tps", "_ms", "_std"))],
+    *[c for c in CACHED if c not in ("cached_status", "cached_reason")],
     "acceptance_rate",
     "mean_acceptance_length",
     "spec_drafts",
@@ -112,7 +131,7 @@ FLOAT_COLUMNS = [
     "bench_wall_s",
 ]
 BOOLEAN_COLUMNS = ["engine_reused", "prefix_cache_reset"]
-DATASET_VERSION = 3
+DATASET_VERSION = 4
 NOT_RUN = "no result: the cell did not run (or its result files were removed)"
 
 
@@ -199,7 +218,9 @@ def _metric(entry: Mapping[str, Any], name: str) -> tuple[float | None, float | 
     return value.get("mean"), value.get("std"), len(values) if isinstance(values, list) else None
 
 
-def benchy_entry(raw: Mapping[str, Any], depth: int) -> Mapping[str, Any]:
+def benchy_entry(
+    raw: Mapping[str, Any], depth: int, required: Sequence[str] = REQUIRED_METRICS
+) -> Mapping[str, Any]:
     """llama-benchy's measured entry for ``depth`` (not the prefix-cache context phase)."""
     if not isinstance(raw, Mapping) or not isinstance(raw.get("benchmarks"), list):
         raise ResultFileError("not a llama-benchy result (no 'benchmarks' list)")
@@ -210,7 +231,7 @@ def benchy_entry(raw: Mapping[str, Any], depth: int) -> Mapping[str, Any]:
     ]
     if len(entries) != 1:
         raise ResultFileError(f"{len(entries)} llama-benchy results for depth {depth}, expected 1")
-    nulls = [m for m in REQUIRED_METRICS if (entries[0].get(m) or {}).get("mean") is None]
+    nulls = [m for m in required if (entries[0].get(m) or {}).get("mean") is None]
     if nulls:
         raise ResultFileError(f"llama-benchy measured no {', '.join(nulls)} (null)")
     return entries[0]
@@ -232,13 +253,67 @@ def measured_row(raw: Mapping[str, Any], prov: Mapping[str, Any], depth: int) ->
     return {**row, **provenance_columns(prov)}
 
 
+def cached_entry(raw: Mapping[str, Any], depth: int) -> Mapping[str, Any]:
+    """The measured (second-phase) entry of a prefix-cache cell's llama-benchy result."""
+    if isinstance(raw, Mapping) and raw.get("prefix_caching_enabled") is False:
+        raise ResultFileError("a llama-benchy result without --enable-prefix-caching")
+    return benchy_entry(raw, depth, CACHED_REQUIRED_METRICS)
+
+
+def cached_row(raw: Mapping[str, Any], depth: int, cold_ttft_ms: float | None) -> dict[str, Any]:
+    """The cached-context columns of a measured prefix-cache cell; a null metric is None."""
+    entry = cached_entry(raw, depth)
+    ttft, ttft_std, _ = _metric(entry, "e2e_ttft")
+    prefill, prefill_std, _ = _metric(entry, "pp_throughput")
+    pp = entry.get("prompt_size")
+    if not pp or depth < CACHED_PREFILL_MIN_DEPTH_RATIO * pp:
+        prefill = prefill_std = None
+    return {
+        "cached_status": "ok",
+        "cached_reason": None,
+        "ttft_ms_cached": ttft,
+        "ttft_ms_cached_std": ttft_std,
+        "prefill_tps_cached": prefill,
+        "prefill_tps_cached_std": prefill_std,
+        "ttft_cached_speedup": cold_ttft_ms / ttft if cold_ttft_ms and ttft else None,
+    }
+
+
+def _cached_columns(
+    cell: Mapping[str, Any] | None,
+    result: tuple[Mapping[str, Any], Mapping[str, Any]] | None,
+    failure: Mapping[str, Any] | None,
+    cold_ttft_ms: float | None,
+) -> dict[str, Any]:
+    if cell is None:
+        return {}
+    files = {"cached_log_path": cell.get("log")}
+    if result is not None:
+        return {
+            **files,
+            "cached_raw_path": cell.get("raw"),
+            **cached_row(result[0], cell["depth"], cold_ttft_ms),
+        }
+    return {
+        **files,
+        "cached_status": "failed",
+        "cached_reason": (failure or {}).get("reason") or NOT_RUN,
+        "cached_failure_path": cell.get("failure") if failure and failure.get("cell") else None,
+    }
+
+
 def rows_from_results(
     plan: Mapping[str, Any],
     results: Mapping[tuple[str, int], tuple[Mapping[str, Any], Mapping[str, Any]]],
     failures: Mapping[tuple[str, int], Mapping[str, Any]],
+    cached: Mapping[tuple[str, int], tuple[Mapping[str, Any], Mapping[str, Any]]] | None = None,
+    cached_failures: Mapping[tuple[str, int], Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows in plan order. ``results`` maps (config, depth) to (raw, provenance) for cells
-    that succeeded; ``failures`` to their failure record (or a synthesized one) otherwise."""
+    that succeeded; ``failures`` to their failure record (or a synthesized one) otherwise.
+    ``cached`` and ``cached_failures`` do the same for the plan's prefix-cache cells."""
+    cached, cached_failures = cached or {}, cached_failures or {}
+    cached_cells = {(c["config"], c["depth"]): c for c in plan.get("cached_cells", [])}
     rows = []
     for cell in plan["cells"]:
         key = (cell["config"], cell["depth"])
@@ -265,6 +340,11 @@ def rows_from_results(
                 "failure_path": cell.get("failure") if failure and failure.get("cell") else None,
                 **failure_columns(failure, NOT_RUN),
             }
+        row.update(
+            _cached_columns(
+                cached_cells.get(key), cached.get(key), cached_failures.get(key), row.get("ttft_ms")
+            )
+        )
         rows.append(row)
     for cell in plan.get("skipped", []):
         rows.append(
@@ -388,21 +468,25 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def read_benchy_cells(plan: Mapping[str, Any]):
-    """The files of every planned cell: (results, failures, llama-benchy version per config)."""
+def read_benchy_cells(
+    cells: Sequence[Mapping[str, Any]],
+    entry: Callable[[Mapping[str, Any], int], Mapping[str, Any]] = benchy_entry,
+):
+    """The files of these planned cells: (results, failures, llama-benchy version per config).
+    ``entry`` finds a result's measured entry, and raises ResultFileError when it has none."""
     with collector_paused():
-        return _read_benchy_cells(plan)
+        return _read_benchy_cells(cells, entry)
 
 
-def _read_benchy_cells(plan: Mapping[str, Any]):
+def _read_benchy_cells(cells: Sequence[Mapping[str, Any]], entry: Callable[[Mapping[str, Any], int], Any]):
     results, failures, versions = {}, {}, {}
-    for cell in plan["cells"]:
+    for cell in cells:
         key = (cell["config"], cell["depth"])
         try:
             raw = load_json(Path(cell["raw"]))
             prov = load_json(Path(cell["provenance"]))
             if raw is not None and prov is not None:
-                benchy_entry(raw, cell["depth"])  # a foreign file must not pass as a result
+                entry(raw, cell["depth"])  # a foreign file must not pass as a result
                 results[key] = (raw, prov)
                 versions.setdefault(cell["config"], raw.get("version"))
                 continue
@@ -426,7 +510,9 @@ def write_frame(frame: pd.DataFrame, *, csv: Path, parquet: Path) -> None:
     tmp.replace(parquet)
 
 
-_CELL_FILE = re.compile(r"^results/(raw/[^/]+/depth_\d+|natural/[^/]+/[^/]+_c\d+)(\.provenance)?\.json$")
+_CELL_FILE = re.compile(
+    r"^results/(raw/[^/]+/depth_\d+(\.pc)?|natural/[^/]+/[^/]+_c\d+)(\.provenance)?\.json$"
+)
 
 
 def foreign_files(root: Path = Path()) -> list[str]:
@@ -443,8 +529,9 @@ def foreign_files(root: Path = Path()) -> list[str]:
 def build_from_plan(plan: Mapping[str, Any], *, csv: Path, json_path: Path, parquet: Path) -> pd.DataFrame:
     for path in foreign_files():
         log.warning(f"{path}: not a result file of any cell; it is left out of the dataset")
-    results, failures, versions = read_benchy_cells(plan)
-    frame = to_frame(rows_from_results(plan, results, failures))
+    results, failures, versions = read_benchy_cells(plan["cells"])
+    cached, cached_failures, _ = read_benchy_cells(plan.get("cached_cells", []), cached_entry)
+    frame = to_frame(rows_from_results(plan, results, failures, cached, cached_failures))
     write_frame(frame, csv=csv, parquet=parquet)
     atomic_write_text(json_path, document_text(to_json_document(frame, versions)))
     return frame

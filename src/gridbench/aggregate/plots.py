@@ -221,6 +221,61 @@ def grouped_bars(frame: pd.DataFrame, spec: DepthGraph) -> Figure:
     return fig
 
 
+def ttft_cached_vs_context(frame: pd.DataFrame) -> Figure:
+    """Per config of the prefix-cache pass: the cold TTFT (dashed) and the TTFT over a cached
+    context (solid) at each depth. A failed cell breaks its line and is marked ✕ on the
+    depth axis, so no line bridges it."""
+    fig, (ax,) = _figure(layout.GRAPH_TITLES["ttft_cached_vs_context"])
+    rows = analysis.with_cached(frame)
+    if rows.empty:
+        _no_data(ax, "no config has the prefix-cache pass (benchy.prefix_cache_pass)")
+        return fig
+    styles = config_styles(frame)
+    failed_marked = False
+    values: list[float] = []
+    for config in analysis.config_order(rows):
+        mine = rows[rows["config"] == config].sort_values("context_tokens")
+        depths = mine["context_tokens"].astype(int)
+        style = styles[config]
+        for column, status, kind, linestyle, marker in (
+            ("ttft_ms", "status", "cold", "--", "o"),
+            ("ttft_ms_cached", "cached_status", "cached", "-", "s"),
+        ):
+            ok = (mine[status] == "ok").to_numpy(dtype=bool)
+            ys = mine[column].astype(float).where(ok)  # NaN breaks the line at a failed cell
+            values += ys.dropna().tolist()
+            ax.plot(
+                depths,
+                ys,
+                color=style.color,
+                linestyle=linestyle,
+                marker=marker,
+                markersize=4,
+                label=f"{config} {kind}",
+            )
+            failed = depths[~ok]
+            if len(failed):
+                ax.plot(
+                    failed,
+                    [0.03] * len(failed),
+                    linestyle="none",
+                    marker="x",
+                    markersize=8,
+                    color=style.color,
+                    transform=ax.get_xaxis_transform(),  # x in depths, y at the axis's foot
+                    label=None if failed_marked else "✕ failed cell (no value)",
+                )
+                failed_marked = True
+    if values:
+        _log_axis(ax)
+    depths = sorted(int(d) for d in rows["context_tokens"].unique())
+    _depth_axis(ax, depths)
+    ax.set_xlim(depths[0] / 1.3, depths[-1] * 1.3)  # every depth is above 0: no linear stretch by 0
+    ax.set_ylabel("TTFT (ms, log scale; dashed: cold, solid: cached context)")
+    _legend(ax)
+    return fig
+
+
 def _short_number(value: float) -> str:
     return f"{value:.0f}" if abs(value) >= 10 else f"{value:.1f}"
 
@@ -442,6 +497,7 @@ def depth_figures(frame: pd.DataFrame, study: Mapping[str, Any]) -> dict[str, Ca
         figures[name] = lambda spec=spec: line_vs_context(frame, spec)
     for name, spec in GROUPED_GRAPHS.items():
         figures[name] = lambda spec=spec: grouped_bars(frame, spec)
+    figures["ttft_cached_vs_context"] = lambda: ttft_cached_vs_context(frame)
     figures["speedup_vs_context"] = lambda: speedup_vs_context(frame, study)
     figures["acceptance_per_position"] = lambda: acceptance_per_position(frame)
     return figures

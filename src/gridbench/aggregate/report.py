@@ -81,6 +81,8 @@ def render_report(
         "## Roofline realisation\n\n" + roofline_section(dataset, study),
         "## Speculative decoding acceptance\n\n" + acceptance_section(dataset),
     ]
+    if grid.prefix_cache_pass:
+        sections.append("## Prefix cache: TTFT cold vs cached context\n\n" + cached_section(dataset))
     if grid.natural:
         sections += [
             "## Natural prompts\n\n" + natural_section(natural),
@@ -100,8 +102,12 @@ def _failed(frame: pd.DataFrame | None) -> int:
     return 0 if frame is None else int((frame["status"] == "failed").sum())
 
 
+def _failed_cached(dataset: pd.DataFrame) -> int:
+    return int((analysis.with_cached(dataset)["cached_status"] == "failed").sum())
+
+
 def is_partial(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> bool:
-    return _failed(dataset) + _failed(natural) > 0
+    return _failed(dataset) + _failed_cached(dataset) + _failed(natural) > 0
 
 
 def partial_banner(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
@@ -109,6 +115,9 @@ def partial_banner(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
         return ""
     scheduled = int((dataset["status"] != "skipped").sum())
     parts = [f"{_failed(dataset)} of {scheduled} depth cells"]
+    cached = analysis.with_cached(dataset)
+    if not cached.empty:
+        parts.append(f"{_failed_cached(dataset)} of {len(cached)} prefix-cache cells")
     if natural is not None:
         parts.append(f"{_failed(natural)} of {len(natural)} natural-prompt cells")
     return (
@@ -610,6 +619,37 @@ def acceptance_section(dataset: pd.DataFrame) -> str:
     )
 
 
+def cached_section(dataset: pd.DataFrame) -> str:
+    rows = analysis.with_cached(dataset)
+    if rows.empty:
+        return "No prefix-cache cell is scheduled (every depth of the pass's configs is 0 or skipped)."
+    intro = (
+        "Each depth above 0 of the configs in `benchy.prefix_cache_pass` is measured twice: cold "
+        "(the depth cell) and with llama-benchy's `--enable-prefix-caching`, which first sends the "
+        "context alone and then the context with the prompt, on the config's engine with its "
+        "prefix cache on. Speedup = cold TTFT ÷ cached TTFT; a failed cell says so."
+    )
+    blocks = [intro]
+    for config, mine in rows.groupby("config", sort=False):
+        lines = []
+        for row in mine.sort_values("context_tokens").to_dict("records"):
+            cold = (
+                pm(Measure.of(row["ttft_ms"], row["ttft_ms_std"])) if row["status"] == "ok" else row["status"]
+            )
+            cached = (
+                pm(Measure.of(row["ttft_ms_cached"], row["ttft_ms_cached_std"]))
+                if row["cached_status"] == "ok"
+                else row["cached_status"]
+            )
+            speedup = row["ttft_cached_speedup"]
+            lines.append((row["context_tokens"], cold, cached, DASH if _na(speedup) else f"{speedup:.2f}×"))
+        blocks.append(
+            f"### `{config}`: {mine.iloc[0]['config_label']}\n\n"
+            + table(("depth", "cold TTFT (ms)", "cached TTFT (ms)", "speedup"), lines)
+        )
+    return "\n\n".join(blocks)
+
+
 def natural_section(natural: pd.DataFrame | None) -> str:
     if natural is None:
         return "No natural-prompt cell was measured."
@@ -761,6 +801,17 @@ def failures_section(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str
                 row["status"],
                 row["reason"],
                 code(row["log_path"]),
+            )
+        )
+    cached = analysis.with_cached(dataset)
+    for row in cached[cached["cached_status"] == "failed"].to_dict("records"):
+        rows.append(
+            (
+                code(row["config"]),
+                f"depth {row['context_tokens']} (cached context)",
+                "failed",
+                row["cached_reason"],
+                code(row["cached_log_path"]),
             )
         )
     if natural is not None:

@@ -80,6 +80,36 @@ def benchy_raw(
     }
 
 
+def cached_benchy_raw(
+    depth: int,
+    *,
+    load_ttft_ms: tuple[float, float],
+    ttft_ms: tuple[float, float],
+    prefill: tuple[float, float] | None,
+    decode: tuple[float, float] = (20.0, 0.2),
+    pp: int = 512,
+    tg: int = 256,
+    runs: int = 2,
+) -> dict[str, Any]:
+    """llama-benchy's --enable-prefix-caching result for one depth: the context-load phase,
+    then the measured phase; ``prefill`` None leaves pp_throughput null, as llama-benchy does
+    when a cached answer came within its measured latency."""
+    raw = benchy_raw(
+        depth, decode=decode, prefill=prefill or (0.0, 0.0), ttft_ms=ttft_ms, pp=pp, tg=tg, runs=runs
+    )
+    (measured,) = raw["benchmarks"]
+    if prefill is None:
+        measured["pp_throughput"] = measured["pp_req_throughput"] = None
+    load = benchy_raw(
+        depth, decode=decode, prefill=(2000.0, 20.0), ttft_ms=load_ttft_ms, pp=pp, tg=tg, runs=runs
+    )
+    (context,) = load["benchmarks"]
+    context["is_context_prefill_phase"] = True
+    raw["prefix_caching_enabled"] = True
+    raw["benchmarks"] = [context, measured]
+    return raw
+
+
 def spec_decode(drafts: int, per_position: Sequence[float]) -> dict[str, Any]:
     """What gridbench.spec_metrics.acceptance records for these per-position rates."""
     accepted = {i: round(rate * drafts) for i, rate in enumerate(per_position)}
