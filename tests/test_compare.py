@@ -177,3 +177,22 @@ def test_two_real_demo_runs_compare_cell_by_cell(tmp_path, demo_assets, demo_con
         ("D_f16_n0", d, m) for d in (0, 256) for m in ("decode", "prefill", "TTFT")
     }
     assert "| `D_f16_n0` | 256 |" in out.read_text()
+
+
+def test_cached_ttft_is_compared_where_both_studies_ran_the_prefix_cache_pass(study):
+    before = study.assign(ttft_ms_cached=None, ttft_ms_cached_std=None)
+    cached = (before["config"] == "V_fp8_none") & (before["context_tokens"] > 0)
+    before.loc[cached, "ttft_ms_cached"] = before.loc[cached, "ttft_ms"] / 10
+    before.loc[cached, "ttft_ms_cached_std"] = 0.0
+    after = scaled(before, "V_fp8_none", "ttft_ms_cached", 2.0)
+    comparison = compare_studies(before, after)
+    worse = {(c.config, c.depth) for c in comparison.regressions if c.metric.label == "cached TTFT"}
+    assert worse == {("V_fp8_none", d) for d in (8192, 32768, 65536)}
+    # cells outside the pass have no cached value on either side: no gap named for them
+    assert not [u for u in comparison.unmeasured if u.metric.label == "cached TTFT"]
+    text = render_comparison(comparison, "before", "after")
+    assert "cached TTFT before | cached TTFT after | cached TTFT ratio" in text
+    # a study without the pass compares as before: no cached column at all
+    plain = compare_studies(study, study)
+    assert "cached TTFT" not in {m.label for m in plain.metrics}
+    assert "cached TTFT" not in render_comparison(plain, "a", "b")

@@ -279,7 +279,7 @@ def checks(grid, frame, natural=None) -> dict[str, Check]:
 def test_every_check_has_a_line_and_a_clean_study_triggers_none(seed002):
     report = render_report(*seed002)
     lines = section(report, "Checks").splitlines()[2:]
-    assert len(lines) == 6 and all(line.startswith("- ok — ") for line in lines)
+    assert len(lines) == 7 and all(line.startswith("- ok — ") for line in lines)
     assert "**warning**" not in report and "[Checks](#checks)" not in report
 
 
@@ -302,9 +302,23 @@ def test_latency_that_falls_as_load_rises_is_flagged_with_its_cause(seed000):
     line = next(b for b in section(report, "Checks").splitlines() if "load" in b)
     assert line.startswith("- **warning** — latency falls as load rises: Q_fp8_mtp1 on code")
     assert section(report, "Verdict").endswith(
-        "- Read these with the [Checks](#checks): 2 of 6 warn (latency falls as load rises; "
+        "- Read these with the [Checks](#checks): 2 of 7 warn (latency falls as load rises; "
         "errors or incomplete requests).\n"
     )
+
+
+def test_a_cached_context_no_faster_than_cold_is_flagged(seed002):
+    grid, frame = seed002
+    assert checks(grid, frame)["cached context no faster than cold"].passed.startswith("not checked")
+    frame = frame.copy()
+    frame["ttft_ms_cached"] = frame["ttft_ms"] / 10  # a cache that works
+    config, depth = frame.iloc[3][["config", "context_tokens"]]
+    assert not checks(grid, frame)["cached context no faster than cold"].triggered
+    missed = (frame["config"] == config) & (frame["context_tokens"] == depth)
+    frame.loc[missed, "ttft_ms_cached"] = frame.loc[missed, "ttft_ms"] * 1.5
+    check = checks(grid, frame)["cached context no faster than cold"]
+    assert len(check.findings) == 1 and check.findings[0].startswith(f"{config} at depth {depth}: cold ")
+    assert "cache missed" in check.cause
 
 
 def test_a_drop_within_the_tolerance_is_not_flagged(seed000):

@@ -64,6 +64,7 @@ def run_checks(
         errors_and_incomplete(dataset, natural),
         spread_exceeds_effect(dataset, study),
         engine_restarts(dataset, natural),
+        cached_context_not_faster(dataset),
     ]
 
 
@@ -298,4 +299,31 @@ def engine_restarts(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> Chec
         else "not checked: no measured cell recorded its engine's start-up",
         "Cells on different starts can differ by more than the runs' spread (warm-up, compiled "
         "graphs, caches): compare them with care.",
+    )
+
+
+# --- (g) a cached context that answers no faster than a cold one --------------------------
+
+
+def cached_context_not_faster(dataset: pd.DataFrame) -> Check:
+    """Depth cells whose prefix-cache cell's TTFT is not below the cold cell's."""
+    if "ttft_ms_cached" not in dataset:
+        measured = dataset.iloc[0:0]
+    else:
+        measured = dataset[dataset["ttft_ms_cached"].notna() & dataset["ttft_ms"].notna()]
+    findings = tuple(
+        f"{row.config} at depth {row.context_tokens}: cold {num(row.ttft_ms)} ms, cached "
+        f"{num(row.ttft_ms_cached)} ms"
+        for row in measured.itertuples()
+        if row.ttft_ms_cached >= row.ttft_ms
+    )
+    return Check(
+        "cached context no faster than cold",
+        findings,
+        f"every cached-context cell ({len(measured)}) answered sooner than its cold cell"
+        if len(measured)
+        else "not checked: no prefix-cache pass measured",
+        "The cache missed or bought nothing: prefix caching off or evicted on the engine, a "
+        "context shorter than its cache block, or a loaded host; the engine log's prompt token "
+        "counts say whether the context was reused.",
     )

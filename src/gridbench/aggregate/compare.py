@@ -29,12 +29,16 @@ class ComparedMetric:
     column: str
     unit: str
     higher_is_better: bool
+    # measured only by some cells (the prefix-cache pass's depths): absent on both sides is no gap
+    only_some_cells: bool = False
 
 
 METRICS = (
     ComparedMetric("decode", "decode_tps", "tok/s", True),
     ComparedMetric("prefill", "prefill_tps", "tok/s", True),
     ComparedMetric("TTFT", "ttft_ms", "ms", False),
+    # the prefix-cache pass's cells (benchy.prefix_cache_pass), where a study has them
+    ComparedMetric("cached TTFT", "ttft_ms_cached", "ms", False, only_some_cells=True),
 )
 
 
@@ -91,6 +95,7 @@ class UnmeasuredValue:
 @dataclass(frozen=True)
 class StudyComparison:
     threshold: float
+    metrics: tuple[ComparedMetric, ...]  # those either study measured
     matches: tuple[ConfigMatch, ...]
     changes: tuple[CellChange, ...]
     gaps: tuple[CellGap, ...]
@@ -154,6 +159,9 @@ def compare_studies(before: pd.DataFrame, after: pd.DataFrame, threshold: float 
     """``after`` against ``before`` (two depth datasets) at every matched (config, depth)."""
     matches = match_configs(before, after)
     cells_before, cells_after = _cells(before), _cells(after)
+    metrics = tuple(
+        m for m in METRICS if any(m.column in f and f[m.column].notna().any() for f in (before, after))
+    )
     changes: list[CellChange] = []
     gaps: list[CellGap] = []
     unmeasured: list[UnmeasuredValue] = []
@@ -172,9 +180,11 @@ def compare_studies(before: pd.DataFrame, after: pd.DataFrame, threshold: float 
                 reason = (failed or {}).get("reason") or "not in that study's grid"
                 gaps.append(CellGap(match.after, depth, status_before, status_after, str(reason)))
                 continue
-            for metric in METRICS:
+            for metric in metrics:
                 a = Measure.of(row_before.get(metric.column), row_before.get(f"{metric.column}_std"))
                 b = Measure.of(row_after.get(metric.column), row_after.get(f"{metric.column}_std"))
+                if a is None and b is None and metric.only_some_cells:
+                    continue
                 if a is None or b is None or a.mean <= 0:
                     missing = (("before",) if a is None or a.mean <= 0 else ()) + (
                         ("after",) if b is None else ()
@@ -188,6 +198,7 @@ def compare_studies(before: pd.DataFrame, after: pd.DataFrame, threshold: float 
     matched_after = {m.after for m in matches}
     return StudyComparison(
         threshold=threshold,
+        metrics=metrics,
         matches=tuple(matches),
         changes=tuple(changes),
         gaps=tuple(gaps),
@@ -225,7 +236,7 @@ def render_comparison(
         )
     else:
         lines.append(f"- No regression: nothing is worse by more than {threshold} beyond its spread.")
-    for metric in METRICS:
+    for metric in comparison.metrics:
         counts = {o: 0 for o in (BETTER, WORSE, TIE)}
         for change in comparison.changes:
             if change.metric == metric:
@@ -280,15 +291,15 @@ def render_comparison(
     if comparison.changes:
         lines += ["## Every matched cell", ""]
         header = "| config | depth | " + " | ".join(
-            f"{m.label} {before_name} | {m.label} {after_name} | {m.label} ratio" for m in METRICS
+            f"{m.label} {before_name} | {m.label} {after_name} | {m.label} ratio" for m in comparison.metrics
         )
-        lines += [header + " |", "|---|---|" + "---|---|---|" * len(METRICS)]
+        lines += [header + " |", "|---|---|" + "---|---|---|" * len(comparison.metrics)]
         by_cell: dict[tuple[str, int], dict[str, CellChange]] = {}
         for change in comparison.changes:
             by_cell.setdefault((change.config, change.depth), {})[change.metric.label] = change
         for (config, depth), changes in by_cell.items():
             cells = []
-            for metric in METRICS:
+            for metric in comparison.metrics:
                 change = changes.get(metric.label)
                 cells += (
                     [_fmt(change.before), _fmt(change.after), f"{change.ratio.mean:.2f}× {change.outcome}"]
@@ -338,7 +349,7 @@ def write_ratio_graphs(
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     written = []
-    for metric in METRICS:
+    for metric in comparison.metrics:
         series = ratio_series(comparison, metric.label)
         if not series:
             continue

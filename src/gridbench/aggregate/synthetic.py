@@ -299,6 +299,7 @@ def failure_record(cell: Mapping[str, Any], what: str, reason: str, kind: str = 
         "depth": cell.get("depth"),
         "prompt_class": cell.get("prompt_class"),
         "concurrency": cell.get("concurrency"),
+        "prefix_cache": bool(cell.get("prefix_cache")),
         "error_type": "EngineDiedError",
         "reason": reason,
         "hint": "read the engine log; the next cell starts a fresh engine",
