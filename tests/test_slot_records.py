@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gridbench.engines.commands import LaunchPlan
 from gridbench.engines.policy import SlotView, choose_slots
-from gridbench.engines.runtime import ContainerHandle, ImageInfo, ProcessHandle, handle_from_json
+from gridbench.engines.runtime import ContainerHandle, ProcessHandle, handle_from_json
 from gridbench.engines.slots import OwnedEngine, SlotHolder, SlotState, SlotStore
 from gridbench.engines.watchdog import WatchdogSpec
 
