@@ -18,7 +18,7 @@ import pytest
 from conftest import write_config
 from gridbench.engines.allocation import SWEEP_VARIABLE, process_gone, process_identity
 from gridbench.engines.manager import SlotManager
-from gridbench.engines.runtime import runtime_for
+from gridbench.engines.runtime import RuntimeHandle, runtime_of
 from gridbench.errors import EngineError
 from test_engines import grid_for
 from test_workflow import engine_alive, in_runtime, slot_state, snakemake, wait_for_measuring
@@ -60,8 +60,8 @@ def kill_sweep(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def running(handle: dict) -> bool:
-    return runtime_for(handle["runtime"]).is_running(handle)
+def running(handle: RuntimeHandle) -> bool:
+    return runtime_of(handle).is_running(handle)
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)

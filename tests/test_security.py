@@ -83,7 +83,7 @@ def test_engines_listen_on_loopback_and_are_not_privileged(workdir, demo_config,
         if runtime == "docker":
             import docker
 
-            attrs = docker.from_env().containers.get(engine.handle["container_id"]).attrs
+            attrs = docker.from_env().containers.get(engine.handle.container_id).attrs
             assert attrs["HostConfig"]["Privileged"] is False
             listeners = [
                 c
@@ -93,7 +93,7 @@ def test_engines_listen_on_loopback_and_are_not_privileged(workdir, demo_config,
         else:
             listeners = [
                 c
-                for c in psutil.Process(engine.handle["pid"]).net_connections("tcp")
+                for c in psutil.Process(engine.handle.pid).net_connections("tcp")
                 if c.status == psutil.CONN_LISTEN
             ]
         assert listeners and {c.laddr.ip for c in listeners} == {"127.0.0.1"}

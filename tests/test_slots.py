@@ -27,7 +27,7 @@ def demo_grid(*, gpus: bool = False, tensor_parallel: int = 1) -> Grid:
 
 
 def engine_environ(engine) -> dict[str, str]:
-    raw = Path(f"/proc/{engine.handle['pid']}/environ").read_bytes()
+    raw = Path(f"/proc/{engine.handle.pid}/environ").read_bytes()
     return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
 
 
@@ -80,7 +80,7 @@ def test_tensor_parallel_engine_takes_two_slots_and_frees_both(workdir):
                     pass
         with manager.lease(narrow) as other:  # replaces the wide engine; both of its slots free up
             assert other.slots == ("0",) and not manager.is_alive(engine)
-            assert [row["config"] for row in manager.status()] == ["D_q8_0_n0"]
+            assert [row.config for row in manager.status()] == ["D_q8_0_n0"]
         with pytest.raises(SlotBusyError, match="needs 2 GPU slots"):
             with SlotManager(["0"]).lease(wide):
                 pass

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from conftest import REPO, free_port, sweep_logs, write_config
-from gridbench.engines.runtime import ProcessRuntime
+from gridbench.engines.runtime import ProcessRuntime, handle_from_json
 
 pytestmark = pytest.mark.workflow
 
@@ -210,7 +210,7 @@ def engine_alive(handle: dict) -> bool:
         except docker.errors.NotFound:
             return False
         return True
-    return ProcessRuntime().is_running(handle)  # a killed engine may linger as a zombie
+    return ProcessRuntime().is_running(handle_from_json(handle))  # a killed engine may linger as a zombie
 
 
 def test_an_engine_is_checked_once_everything_its_cells_read_is_there(tmp_path, demo_config, monkeypatch):

@@ -141,7 +141,7 @@ def _engine_record(engine: EngineLease, cfg: ServingConfig) -> dict[str, Any]:
     return {
         "kind": cfg.engine.kind,
         "runtime": cfg.engine.runtime,
-        **engine.image,
+        **engine.image.to_json(),
         "version": engine.version,
         "serve_argv": list(engine.plan.argv),
         "serve_command": engine.plan.shell_line(),

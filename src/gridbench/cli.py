@@ -109,8 +109,8 @@ def cmd_engine_status(args: argparse.Namespace) -> int:
 
     rows = SlotManager([]).status()
     for row in rows:
-        state = "alive" if row["alive"] else "dead"
-        print(f"slot {row['slot']}\t{row['config']}\t{state}\t{row['base_url']}\t{row['owner']}")
+        state = "alive" if row.alive else "dead"
+        print(f"slot {row.slot}\t{row.config}\t{state}\t{row.base_url}\t{row.owner}")
     if not rows:
         print("no engine slots in use")
     return 0

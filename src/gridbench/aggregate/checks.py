@@ -186,7 +186,7 @@ def _acceptance_rates(frames: Sequence[pd.DataFrame | None]) -> dict[str, list[f
 # --- (c) decode above the bandwidth roofline without speculation -------------------------
 
 
-def decode_above_roofline(dataset: pd.DataFrame, bandwidth_gb_s: object) -> Check:
+def decode_above_roofline(dataset: pd.DataFrame, bandwidth_gb_s: float | None) -> Check:
     title = "decode above the bandwidth roofline without speculation"
     if not bandwidth_gb_s:
         return Check(title, (), "not checked: `study.hardware.memory_bandwidth_gb_s` is not set")

@@ -116,7 +116,7 @@ class StudyComparison:
         return bool(self.regressions or self.lost_cells)
 
 
-def _value(value) -> object:
+def _value(value: object) -> object:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
@@ -175,7 +175,7 @@ def compare_studies(before: pd.DataFrame, after: pd.DataFrame, threshold: float 
             row_after = cells_after.get((match.after, depth))
             status_before = row_before["status"] if row_before else "absent"
             status_after = row_after["status"] if row_after else "absent"
-            if status_before != "ok" or status_after != "ok":
+            if row_before is None or row_after is None or status_before != "ok" or status_after != "ok":
                 failed = row_after if status_after not in ("ok", "absent") else row_before
                 reason = (failed or {}).get("reason") or "not in that study's grid"
                 gaps.append(CellGap(match.after, depth, status_before, status_after, str(reason)))
@@ -300,10 +300,10 @@ def render_comparison(
         for (config, depth), changes in by_cell.items():
             cells = []
             for metric in comparison.metrics:
-                change = changes.get(metric.label)
+                found = changes.get(metric.label)
                 cells += (
-                    [_fmt(change.before), _fmt(change.after), f"{change.ratio.mean:.2f}× {change.outcome}"]
-                    if change
+                    [_fmt(found.before), _fmt(found.after), f"{found.ratio.mean:.2f}× {found.outcome}"]
+                    if found
                     else ["—", "—", "—"]
                 )
             lines.append(f"| `{config}` | {depth} | " + " | ".join(cells) + " |")

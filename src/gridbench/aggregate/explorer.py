@@ -276,8 +276,8 @@ class Styler:
     def trace(
         self,
         facets: ConfigFacets,
-        x,
-        y,
+        x: Sequence[str] | Sequence[float],
+        y: Sequence[float | None],
         hover: Sequence[str],
         name: str | None = None,
         symbol: str = "circle",
@@ -356,14 +356,14 @@ def depth_figure(
         "no measured llama-benchy cell",
     )
     for facets in data.configs:
-        cells = [c for c in data.depth if c.facets == facets and metric(c) is not None]
-        if cells:
+        measured = [(c, m) for c in data.depth if c.facets == facets and (m := metric(c)) is not None]
+        if measured:
             fig.add_trace(
                 styler.trace(
                     facets,
-                    [analysis.short_depth(c.depth) for c in cells],
-                    [metric(c).mean for c in cells],
-                    [_depth_hover(c) for c in cells],
+                    [analysis.short_depth(c.depth) for c, _ in measured],
+                    [m.mean for _, m in measured],
+                    [_depth_hover(c) for c, _ in measured],
                 )
             )
     return _finish(fig)

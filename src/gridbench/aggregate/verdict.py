@@ -119,9 +119,9 @@ def where_text(p: Pattern, series: Sequence[Speedup]) -> str:
         return f"at no depth beyond the runs' spread ({measured})"
     if p.kind == analysis.LOSES_EVERYWHERE:
         return f"at no depth measured ({runs_shown})"
-    if p.kind == analysis.PAYS_BELOW:
+    if p.kind == analysis.PAYS_BELOW and p.boundary is not None:
         return f"only below {analysis.short_depth(p.boundary)} of context ({runs_shown})"
-    if p.kind == analysis.PAYS_FROM:
+    if p.kind == analysis.PAYS_FROM and p.boundary is not None:
         return f"only from {analysis.short_depth(p.boundary)} of context on ({runs_shown})"
     return f"at some depths only ({runs_shown})"
 
@@ -252,7 +252,7 @@ def engine_findings(dataset: pd.DataFrame, meta: Mapping[str, ConfigMeta]) -> li
             )
         )
     if ties:
-        pairs = [
+        tied = [
             f"{meta[c.config].pair_label} and {meta[c.baseline].pair_label} "
             f"({span(c.points[0].depth, c.points[-1].depth)})"
             for c in ties
@@ -261,7 +261,7 @@ def engine_findings(dataset: pd.DataFrame, meta: Mapping[str, ConfigMeta]) -> li
             Finding(
                 1.0,
                 "Engines tie on decode at every depth both measured, within the runs' spread: "
-                + "; ".join(pairs)
+                + "; ".join(tied)
                 + ".",
             )
         )
@@ -341,13 +341,13 @@ def depth_findings(dataset: pd.DataFrame) -> list[Finding]:
         + (kept(low) if low is high else f"{kept(low)} to {kept(high)}")
         + " of its rate"
     )
-    ttfts = [c for c in costs if c.last_ttft_ms is not None]
+    ttfts = [(c, c.last_ttft_ms) for c in costs if c.last_ttft_ms is not None]
     if ttfts:
-        fastest = min(ttfts, key=lambda c: c.last_ttft_ms.mean)
-        slowest = max(ttfts, key=lambda c: c.last_ttft_ms.mean)
+        fastest, fastest_ttft = min(ttfts, key=lambda pair: pair[1].mean)
+        slowest, slowest_ttft = max(ttfts, key=lambda pair: pair[1].mean)
         text += (
-            f"; TTFT there is {num(fastest.last_ttft_ms.mean)} ms ({fastest.config}) to "
-            f"{num(slowest.last_ttft_ms.mean)} ms ({slowest.config})"
+            f"; TTFT there is {num(fastest_ttft.mean)} ms ({fastest.config}) to "
+            f"{num(slowest_ttft.mean)} ms ({slowest.config})"
         )
     return [Finding(1 / low.kept if low.kept > 0 else float("inf"), text + ".")]
 

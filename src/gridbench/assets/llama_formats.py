@@ -165,7 +165,7 @@ def hf_active_weight_bytes(checkpoint: Path, linear_bytes_per_weight: float | No
             continue
         count = int(np.prod(tensor.shape))
         projection = tensor.name.startswith("model.layers.") and tensor.name.endswith("_proj.weight")
-        per_weight = tensor.raw.itemsize
+        per_weight: float = tensor.raw.itemsize
         if projection and linear_bytes_per_weight:
             per_weight = linear_bytes_per_weight
         total += int(count * per_weight)

@@ -17,9 +17,21 @@ import os
 import socket
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 SWEEP_VARIABLE = "GRIDBENCH_SWEEP_PROCESS"  # pid:start_time:host:boot_id of the sweep's Snakemake
+
+
+class ProcessIdentity(TypedDict):
+    """One process, recognisable later and elsewhere: its pid is reused, its start time is not.
+
+    A TypedDict, not a dataclass: it is stored as this very JSON object in slot files and
+    watchdog specs, and read back as it is."""
+
+    pid: int
+    start_time: int  # clock ticks since boot
+    host: str
+    boot_id: str
 
 
 def _ids(value: str | None) -> list[str]:
@@ -69,27 +81,27 @@ def _boot_id() -> str:
         return ""
 
 
-def process_identity(pid: int) -> dict[str, Any] | None:
+def process_identity(pid: int) -> ProcessIdentity | None:
     """The process ``pid`` as a later process, on this host or not, can recognise it."""
     start = process_start_time(pid)
     if start is None:
         return None
-    return {"pid": pid, "start_time": start, "host": socket.gethostname(), "boot_id": _boot_id()}
+    return ProcessIdentity(pid=pid, start_time=start, host=socket.gethostname(), boot_id=_boot_id())
 
 
-def _format(identity: Mapping[str, Any]) -> str:
+def _format(identity: ProcessIdentity) -> str:
     return f"{identity['pid']}:{identity['start_time']}:{identity['host']}:{identity['boot_id']}"
 
 
-def _parse(value: str | None) -> dict[str, Any] | None:
+def _parse(value: str | None) -> ProcessIdentity | None:
     try:
         pid, start, host, boot = (value or "").split(":", 3)
-        return {"pid": int(pid), "start_time": int(start), "host": host, "boot_id": boot}
+        return ProcessIdentity(pid=int(pid), start_time=int(start), host=host, boot_id=boot)
     except ValueError:
         return None
 
 
-def process_gone(identity: Mapping[str, Any] | None) -> bool:
+def process_gone(identity: ProcessIdentity | None) -> bool:
     """Whether the process is known to be gone: on this host and boot, with no process of its
     pid and start time (a zombie counts as gone). Another host's process is never judged."""
     if not identity or identity.get("host") != socket.gethostname():
@@ -105,7 +117,7 @@ def process_gone(identity: Mapping[str, Any] | None) -> bool:
     return state in ("Z", "X")
 
 
-def claim_sweep(environ: MutableMapping[str, str] = os.environ) -> dict[str, Any]:
+def claim_sweep(environ: MutableMapping[str, str] = os.environ) -> ProcessIdentity:
     """Make the calling process (a sweep's Snakemake) the owner of the engines its cells start.
 
     A Snakemake started by another one on this host (a group job, a cluster job's step) keeps
@@ -120,7 +132,7 @@ def claim_sweep(environ: MutableMapping[str, str] = os.environ) -> dict[str, Any
     return identity
 
 
-def sweep_process(environ: Mapping[str, str] = os.environ) -> dict[str, Any] | None:
+def sweep_process(environ: Mapping[str, str] = os.environ) -> ProcessIdentity | None:
     """The process whose end ends the engines this process starts: the sweep that claimed it
     (see claim_sweep), else the parent (the shell or script that ran a cell by hand)."""
     return _parse(environ.get(SWEEP_VARIABLE)) or process_identity(os.getppid())

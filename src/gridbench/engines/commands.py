@@ -7,7 +7,9 @@ Pure functions; values are never joined into a shell string, so a value such as
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gridbench.engines.kinds import engine_kind
 from gridbench.grid import ServingConfig
@@ -28,6 +30,23 @@ class LaunchPlan:
 
     def shell_line(self) -> str:
         return shlex.join(self.argv)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "argv": list(self.argv),
+            "host": self.host,
+            "port": self.port,
+            "served_model_name": self.served_model_name,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LaunchPlan:
+        return cls(
+            argv=tuple(data["argv"]),
+            host=data["host"],
+            port=data["port"],
+            served_model_name=data["served_model_name"],
+        )
 
 
 def launch_plan(cfg: ServingConfig, port: int) -> LaunchPlan:

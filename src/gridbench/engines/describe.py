@@ -25,8 +25,8 @@ def docker_run_argv(cfg: ServingConfig, port: int, name: str = "gridbench-0-CONF
         argv += ["--ipc", engine.ipc]
     if engine.shm_size:
         argv += ["--shm-size", engine.shm_size]
-    for limit, value in engine.ulimits.items():
-        argv += ["--ulimit", f"{limit}={value}"]  # one value sets soft and hard, as the config does
+    for limit, count in engine.ulimits.items():
+        argv += ["--ulimit", f"{limit}={count}"]  # one value sets soft and hard, as the config does
     if engine.privileged:
         argv.append("--privileged")
     for volume in cfg.all_volumes:
@@ -37,6 +37,7 @@ def docker_run_argv(cfg: ServingConfig, port: int, name: str = "gridbench-0-CONF
     entrypoint = list(engine.entrypoint or ())
     if entrypoint:
         argv += ["--entrypoint", entrypoint[0]]
+    assert engine.image, "the config's validation requires an image for a docker engine"
     argv.append(engine.image)
     return argv + entrypoint[1:] + list(plan.argv)
 

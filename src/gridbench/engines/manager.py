@@ -18,20 +18,16 @@ owner process is gone stops that engine at once (a ``reclaim`` event) instead of
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import dataclasses
 import hashlib
-import json
 import logging
 import os
 import socket
 import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
 
-from gridbench import layout
 from gridbench.engines import probe, watchdog
 from gridbench.engines.allocation import (
     allocated_gpus,
@@ -41,10 +37,12 @@ from gridbench.engines.allocation import (
     sweep_process,
 )
 from gridbench.engines.commands import LaunchPlan, launch_plan
+from gridbench.engines.events import log_event, now_iso
 from gridbench.engines.kinds import engine_kind
-from gridbench.engines.runtime import DockerRuntime, runtime_for
+from gridbench.engines.policy import SlotView, choose_slots
+from gridbench.engines.runtime import DockerRuntime, ImageInfo, RuntimeHandle, runtime_for, runtime_of
+from gridbench.engines.slots import OwnedEngine, SlotHolder, SlotState, SlotStore, slot_dir
 from gridbench.errors import EngineError, PortInUseError, SlotBusyError
-from gridbench.files import atomic_write_text
 from gridbench.grid import ServingConfig
 from gridbench.provenance import query_gpus
 
@@ -54,17 +52,9 @@ ENGINE_LOG_DIR = Path("logs/engines")
 ORPHAN_GRACE_S = 3.0  # an engine whose sweep is gone gets this long to stop before SIGKILL
 
 
-def slot_dir() -> Path:
-    return Path(os.environ.get("GRIDBENCH_SLOT_DIR", "/tmp/gridbench-slots"))
-
-
 def detect_gpus() -> list[str]:
     """GPU indices from nvidia-smi; empty on a machine without NVIDIA GPUs."""
     return [row[0] for row in query_gpus("index")]
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 @dataclass
@@ -76,17 +66,28 @@ class EngineLease:
     slot: str  # the first of ``slots``: the engine's port and container name follow it
     slots: tuple[str, ...]
     plan: LaunchPlan
-    handle: dict[str, Any]
+    handle: RuntimeHandle
     started_at: str
-    ready_s: float
+    ready_s: float | None  # None for an engine reused before it was seen ready (its cell was killed)
     reused: bool
     version: str | None
-    image: dict[str, Any]
+    image: ImageInfo
     headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def base_url(self) -> str:
         return self.plan.base_url
+
+
+@dataclass(frozen=True)
+class SlotStatus:
+    """A slot with an engine record, as ``gridbench engine status`` shows it."""
+
+    slot: str
+    config: str
+    owner: str
+    alive: bool
+    base_url: str
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -123,23 +124,11 @@ def api_headers(cfg: ServingConfig) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-@dataclass
-class _SlotView:
-    """One slot as a selecting cell sees it, under the selection lock."""
-
-    name: str
-    lock: IO[str] | None  # held by us: the slot is free; None: a running cell holds it
-    state: dict[str, Any] | None  # the slot's engine record (alive or not)
-    alive: bool
-    holder: dict[str, Any] | None  # which cell holds it, when one does
-
-    @property
-    def free(self) -> bool:
-        return self.lock is not None
-
-
 class SlotManager:
-    """Hands out ready engines on slots; one instance per cell process."""
+    """Hands out ready engines on slots; one instance per cell process.
+
+    The slot files and locks are SlotStore's (slots.py), the choice of slots is policy.py's;
+    this class runs the lease (survey, choose, wait) and starts, reuses and stops engines."""
 
     def __init__(self, slots: list[str], *, workdir: Path | None = None, wait_s: float | None = None) -> None:
         # inside a cluster job only the GPUs the job was given are ours, whatever the config says
@@ -149,101 +138,31 @@ class SlotManager:
         self.wait_s = float(os.environ.get("GRIDBENCH_SLOT_WAIT_S", 600)) if wait_s is None else wait_s
         self.dir = slot_dir()
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.store = SlotStore(self.dir)
 
-    def _state_path(self, slot: str) -> Path:
-        return self.dir / f"slot-{slot}.json"
-
-    def _holder_path(self, slot: str) -> Path:
-        return self.dir / f"holder-{slot}.json"
-
-    def _read_json(self, path: Path) -> dict[str, Any] | None:
-        try:
-            return json.loads(path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
-
-    def _read_state(self, slot: str) -> dict[str, Any] | None:
-        return self._read_json(self._state_path(slot))
-
-    def _write_state(self, slot: str, state: dict[str, Any] | None) -> None:
-        path = self._state_path(slot)
-        if state is None:
-            path.unlink(missing_ok=True)
-        else:
-            atomic_write_text(path, json.dumps(state, indent=2))
-
-    @contextlib.contextmanager
-    def _flock(self, name: str, *, blocking: bool) -> Iterator[bool]:
-        with (self.dir / name).open("a") as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-            except BlockingIOError:
-                yield False
-                return
-            try:
-                yield True
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
-
-    def _try_lock(self, slot: str) -> IO[str] | None:
-        """The slot's lock, held until the returned file is closed; None if a cell holds it."""
-        f = (self.dir / f"slot-{slot}.lock").open("a")
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.close()
-            return None
-        return f
-
-    def _alive(self, state: dict[str, Any] | None) -> bool:
+    def _alive(self, state: SlotState | None) -> bool:
         if not state:
             return False
         try:
-            return runtime_for(state["handle"]["runtime"]).is_running(state["handle"])
+            return runtime_of(state.handle).is_running(state.handle)
         except EngineError:
             return False
 
-    def _survey(self) -> list[_SlotView]:
+    def _survey(self) -> list[SlotView]:
         views = []
         for slot in self.slots:
-            lock = self._try_lock(slot)
-            state = self._read_state(slot)
-            holder = None if lock else self._read_json(self._holder_path(slot))
+            lock = self.store.try_lock(slot)
+            state = self.store.read_state(slot)
+            holder = None if lock else self.store.read_holder(slot)
             alive = self._alive(state)
-            if alive and process_gone(state.get("owner_process")):
+            if state and alive and process_gone(state.owner_process):
                 # its sweep was killed without stopping it (and its watchdog did not yet)
                 by = f"a cell of the sweep in {self.owner}"
                 stop_orphan(state, self.dir, by=by, held=[slot] if lock else [])
                 alive = False
-                state = self._read_state(slot)
-            views.append(_SlotView(slot, lock, state, alive, holder))
+                state = self.store.read_state(slot)
+            views.append(SlotView(slot, lock, state, alive, holder))
         return views
-
-    def _choose(
-        self, views: list[_SlotView], fingerprint: str, need: int
-    ) -> tuple[tuple[str, ...], bool] | None:
-        """The slots to use and whether their engine is warm; None: wait.
-
-        A config has one engine: a cell whose config's engine is busy (another cell of
-        it measures, or starts it) waits for it instead of starting a second one."""
-        if any(
-            v.holder and v.holder["fingerprint"] == fingerprint and v.holder["owner"] == self.owner
-            for v in views
-        ):
-            return None
-        free = {v.name for v in views if v.free}
-        for v in views:
-            ours = v.alive and v.state["owner"] == self.owner
-            if v.free and ours and v.state["fingerprint"] == fingerprint:
-                engine_slots = tuple(v.state.get("slots", [v.name]))
-                if free.issuperset(engine_slots):
-                    return engine_slots, True
-        # a new engine: empty slots first (other warm engines stay reusable), then ours to switch
-        usable = [v for v in views if v.free and (not v.alive or v.state["owner"] == self.owner)]
-        usable.sort(key=lambda v: (v.alive, self.slots.index(v.name)))
-        if len(usable) < need:
-            return None
-        return tuple(v.name for v in usable[:need]), False
 
     @contextlib.contextmanager
     def lease(self, cfg: ServingConfig) -> Iterator[EngineLease]:
@@ -263,19 +182,20 @@ class SlotManager:
         announced = False
         while True:
             if process_gone(self.owner_process):  # its engine would be stopped at once
+                gone_pid = self.owner_process["pid"] if self.owner_process else None
                 raise EngineError(
                     f"{cfg.name}: the sweep that runs this cell (process "
-                    f"{self.owner_process['pid']}) is gone; no engine is started for it",
+                    f"{gone_pid}) is gone; no engine is started for it",
                     hint="run the sweep again: the cells it did not finish are redone",
                 )
-            with self._flock("select.lock", blocking=True):
+            with self.store.flock("select.lock", blocking=True):
                 views = self._survey()
                 try:
-                    choice = self._choose(views, fingerprint, need)
-                    chosen = choice[0] if choice else ()
-                    holder = {"config": cfg.name, "fingerprint": fingerprint, "owner": self.owner}
+                    choice = choose_slots(views, fingerprint, need, owner=self.owner, order=self.slots)
+                    chosen = choice.slots if choice else ()
+                    holder = SlotHolder(config=cfg.name, fingerprint=fingerprint, owner=self.owner)
                     for slot in chosen:
-                        atomic_write_text(self._holder_path(slot), json.dumps(holder))
+                        self.store.write_holder(slot, holder)
                 except BaseException:
                     chosen = ()
                     raise
@@ -284,12 +204,12 @@ class SlotManager:
                         if view.lock and view.name not in chosen:
                             view.lock.close()
             if choice:
-                locks = [view.lock for view in views if view.name in chosen]
+                locks = [view.lock for view in views if view.name in chosen and view.lock]
                 try:
-                    yield self._ensure(cfg, chosen, fingerprint, reuse=choice[1])
+                    yield self._ensure(cfg, chosen, fingerprint, reuse=choice.warm)
                 finally:
                     for slot in chosen:
-                        self._holder_path(slot).unlink(missing_ok=True)
+                        self.store.remove_holder(slot)
                     for lock in locks:
                         lock.close()
                 return
@@ -303,12 +223,12 @@ class SlotManager:
     def _busy_message(self, cfg: ServingConfig) -> str:
         owners = []
         for slot in self.slots:
-            state = self._read_state(slot)
-            holder = self._read_json(self._holder_path(slot))
-            if holder and holder["fingerprint"] == cfg.fingerprint():
+            state = self.store.read_state(slot)
+            holder = self.store.read_holder(slot)
+            if holder and holder.fingerprint == cfg.fingerprint():
                 owners.append(f"slot {slot}: a cell of {cfg.name} uses its engine")
-            elif self._alive(state):
-                owners.append(f"slot {slot}: engine {state['config']} of the sweep in {state['owner']}")
+            elif state and self._alive(state):
+                owners.append(f"slot {slot}: engine {state.config} of the sweep in {state.owner}")
             else:
                 owners.append(f"slot {slot}: in use by a running cell")
         return f"no engine slot free for {cfg.name} within {self.wait_s:g} s ({'; '.join(owners)})"
@@ -322,29 +242,27 @@ class SlotManager:
     def _ensure(
         self, cfg: ServingConfig, slots: tuple[str, ...], fingerprint: str, *, reuse: bool
     ) -> EngineLease:
-        state = self._read_state(slots[0])
-        if reuse and state:
-            runtime = runtime_for(state["handle"]["runtime"])
-            if runtime.is_running(state["handle"]):
-                _log_event("reuse", cfg.name, slot=slots[0], slots=list(slots), fingerprint=fingerprint)
-                if process_gone(state.get("watchdog")):  # killed by hand: the engine needs one
-                    self._watch(state, Path(state["handle"]["log_path"]))
-                return EngineLease(
-                    config=cfg.name,
-                    fingerprint=fingerprint,
-                    slot=slots[0],
-                    slots=slots,
-                    plan=LaunchPlan(**{**state["plan"], "argv": tuple(state["plan"]["argv"])}),
-                    handle=state["handle"],
-                    started_at=state["started_at"],
-                    ready_s=state["ready_s"],
-                    reused=True,
-                    version=state["version"],
-                    image=state["image"],
-                    headers=api_headers(cfg),
-                )
+        state = self.store.read_state(slots[0])
+        if reuse and state and runtime_of(state.handle).is_running(state.handle):
+            log_event("reuse", cfg.name, slot=slots[0], slots=list(slots), fingerprint=fingerprint)
+            if process_gone(state.watchdog):  # killed by hand: the engine needs one
+                self._watch(state)
+            return EngineLease(
+                config=cfg.name,
+                fingerprint=fingerprint,
+                slot=slots[0],
+                slots=slots,
+                plan=state.plan,
+                handle=state.handle,
+                started_at=state.started_at,
+                ready_s=state.ready_s,
+                reused=True,
+                version=state.version,
+                image=state.image,
+                headers=api_headers(cfg),
+            )
         for slot in slots:  # whatever ran on the chosen slots goes first
-            if state := self._read_state(slot):
+            if state := self.store.read_state(slot):
                 self._stop_state(slot, state)
         return self._start(cfg, slots, fingerprint)
 
@@ -373,7 +291,7 @@ class SlotManager:
         owner = hashlib.sha256(self.owner.encode()).hexdigest()[:8]
         name = f"gridbench-{owner}-{'-'.join(slots)}-{cfg.name}".lower()
         started_at = now_iso()
-        _log_event(
+        log_event(
             "start",
             cfg.name,
             slot=slot,
@@ -390,25 +308,24 @@ class SlotManager:
         key = api_key(cfg)
         env = {engine_kind(cfg.engine.kind).api_key_variable: key} if key else {}
         handle = runtime.start(cfg, plan, name=name, gpus=gpus, log_path=log_path, env=env)
-        state = {
-            "owner": self.owner,
-            "owner_process": self.owner_process,
-            "config": cfg.name,
-            "fingerprint": fingerprint,
-            "slots": list(slots),
-            "handle": handle,
-            "plan": {**plan.__dict__, "argv": list(plan.argv)},
-            "started_at": started_at,
-            "ready_s": None,
-            "version": None,
-            "image": image,
-        }
-        for member in slots:
-            self._write_state(member, state)
+        state = SlotState(
+            owner=self.owner,
+            owner_process=self.owner_process,
+            config=cfg.name,
+            fingerprint=fingerprint,
+            slots=slots,
+            handle=handle,
+            plan=plan,
+            started_at=started_at,
+            ready_s=None,
+            version=None,
+            image=image,
+        )
+        self._write_everywhere(state)
         headers = api_headers(cfg)
         what = f"engine {cfg.engine.name} for config {cfg.name}"
         try:
-            self._watch(state, log_path)  # from now on, the engine ends with its sweep
+            state = self._watch(state)  # from now on, the engine ends with its sweep
             ready_s = probe.wait_ready(
                 base_url=plan.base_url,
                 health_path=cfg.engine.health_path,
@@ -423,11 +340,13 @@ class SlotManager:
         except BaseException:
             self._stop_state(slot, state)  # never leave a half-started engine holding the GPU
             raise
-        state["ready_s"] = round(ready_s, 3)
-        state["version"] = engine_kind(cfg.engine.kind).version(plan.base_url, headers)
-        for member in slots:
-            self._write_state(member, state)
-        _log_event("ready", cfg.name, slot=slot, fingerprint=fingerprint, ready_s=state["ready_s"])
+        state = dataclasses.replace(
+            state,
+            ready_s=round(ready_s, 3),
+            version=engine_kind(cfg.engine.kind).version(plan.base_url, headers),
+        )
+        self._write_everywhere(state)
+        log_event("ready", cfg.name, slot=slot, fingerprint=fingerprint, ready_s=state.ready_s)
         return EngineLease(
             config=cfg.name,
             fingerprint=fingerprint,
@@ -436,111 +355,89 @@ class SlotManager:
             plan=plan,
             handle=handle,
             started_at=started_at,
-            ready_s=state["ready_s"],
+            ready_s=round(ready_s, 3),
             reused=False,
-            version=state["version"],
+            version=state.version,
             image=image,
             headers=headers,
         )
 
-    def _watch(self, state: dict[str, Any], log_path: Path) -> None:
-        """Start the engine's watchdog and record it with the engine in its slots."""
-        proc = watchdog.start(state, self.dir, log_path)
-        state["watchdog"] = process_identity(proc.pid)
-        for member in state["slots"]:
-            self._write_state(member, state)
+    def _write_everywhere(self, state: SlotState) -> None:
+        for member in state.slots:  # an engine on several GPUs is recorded in each
+            self.store.write_state(member, state)
 
-    def _stop_state(self, slot: str, state: dict[str, Any]) -> None:
-        runtime_for(state["handle"]["runtime"]).stop(state["handle"])
-        _log_event("stop", state["config"], slot=slot, fingerprint=state["fingerprint"])
-        for member in state.get("slots", [slot]):  # an engine on several GPUs frees them all
-            current = self._read_state(member)
-            if current and current["handle"] == state["handle"]:
-                self._write_state(member, None)
+    def _watch(self, state: SlotState) -> SlotState:
+        """Start the engine's watchdog and record it with the engine in its slots."""
+        proc = watchdog.start(state, self.dir, state.handle.log_path)
+        state = dataclasses.replace(state, watchdog=process_identity(proc.pid))
+        self._write_everywhere(state)
+        return state
+
+    def _stop_state(self, slot: str, state: SlotState) -> None:
+        runtime_of(state.handle).stop(state.handle)
+        log_event("stop", state.config, slot=slot, fingerprint=state.fingerprint)
+        for member in state.slots:  # an engine on several GPUs frees them all
+            current = self.store.read_state(member)
+            if current and current.handle == state.handle:
+                self.store.write_state(member, None)
 
     def is_alive(self, engine: EngineLease) -> bool:
-        return runtime_for(engine.handle["runtime"]).is_running(engine.handle)
+        return runtime_of(engine.handle).is_running(engine.handle)
 
     def log_tail(self, engine: EngineLease, lines: int = 40) -> str:
-        return runtime_for(engine.handle["runtime"]).log_tail(engine.handle, lines)
+        return runtime_of(engine.handle).log_tail(engine.handle, lines)
 
     def discard(self, engine: EngineLease) -> None:
         """Stop an engine that failed its cell, so the next cell starts a fresh one."""
-        state = self._read_state(engine.slot)
-        if state and state["fingerprint"] == engine.fingerprint:
+        state = self.store.read_state(engine.slot)
+        if state and state.fingerprint == engine.fingerprint:
             self._stop_state(engine.slot, state)
 
     def stop_all(self) -> list[str]:
         """Stop every engine this owner (working directory, or cluster job) started; returns the configs."""
         stopped = []
-        for path in sorted(self.dir.glob("slot-*.json")):
-            slot = path.stem.removeprefix("slot-")
-            with self._flock(f"slot-{slot}.lock", blocking=True):
-                state = self._read_state(slot)
-                if state and state["owner"] == self.owner:
+        for slot in self.store.recorded_slots():
+            with self.store.flock(f"slot-{slot}.lock", blocking=True):
+                state = self.store.read_state(slot)
+                if state and state.owner == self.owner:
                     self._stop_state(slot, state)
-                    stopped.append(state["config"])
+                    stopped.append(state.config)
         return stopped
 
-    def status(self) -> list[dict[str, Any]]:
+    def status(self) -> list[SlotStatus]:
         rows = []
-        for path in sorted(self.dir.glob("slot-*.json")):
-            slot = path.stem.removeprefix("slot-")
-            state = self._read_state(slot)
+        for slot in self.store.recorded_slots():
+            state = self.store.read_state(slot)
             if state:
                 rows.append(
-                    {
-                        "slot": slot,
-                        "config": state["config"],
-                        "owner": state["owner"],
-                        "alive": self._alive(state),
-                        "base_url": LaunchPlan(
-                            **{**state["plan"], "argv": tuple(state["plan"]["argv"])}
-                        ).base_url,
-                    }
+                    SlotStatus(slot, state.config, state.owner, self._alive(state), state.plan.base_url)
                 )
         return rows
 
 
-def stop_orphan(state: dict[str, Any], slots_dir: Path, *, by: str, held: Collection[str] = ()) -> None:
+def stop_orphan(engine: OwnedEngine, slots_dir: Path, *, by: str, held: Collection[str] = ()) -> None:
     """Stop an engine whose sweep is gone, free its slots and log a ``reclaim`` event.
 
     A slot's record is removed only where no cell holds the slot (or the caller does: the
     slots in ``held``); a cell that holds one finds the engine dead and cleans up itself."""
-    owner_pid = (state.get("owner_process") or {}).get("pid")
+    owner_pid = engine.owner_process["pid"] if engine.owner_process else None
     log.warning(
-        f"engine {state['config']} on slot {','.join(state['slots'])} outlived the sweep in "
-        f"{state['owner']} (its process {owner_pid} is gone): stopping it"
+        f"engine {engine.config} on slot {','.join(engine.slots)} outlived the sweep in "
+        f"{engine.owner} (its process {owner_pid} is gone): stopping it"
     )
     # nobody waits for its answers any more: a short grace, as a busy engine may ignore SIGTERM
-    runtime_for(state["handle"]["runtime"]).stop(state["handle"], grace_s=ORPHAN_GRACE_S)
-    _log_event(
+    runtime_of(engine.handle).stop(engine.handle, grace_s=ORPHAN_GRACE_S)
+    log_event(
         "reclaim",
-        state["config"],
-        slot=state["slots"][0],
-        slots=list(state["slots"]),
-        fingerprint=state["fingerprint"],
-        owner=state["owner"],
+        engine.config,
+        slot=engine.slots[0],
+        slots=list(engine.slots),
+        fingerprint=engine.fingerprint,
+        owner=engine.owner,
         owner_pid=owner_pid,
         by=by,
     )
-    for member in state["slots"]:
-        lock = None
-        if member not in held:
-            lock = (slots_dir / f"slot-{member}.lock").open("a")
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                lock.close()
-                continue
-        try:
-            path = slots_dir / f"slot-{member}.json"
-            with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
-                if json.loads(path.read_text())["handle"] == state["handle"]:
-                    path.unlink(missing_ok=True)
-        finally:
-            if lock:
-                lock.close()
+    SlotStore(slots_dir).forget(engine, held=held)
 
 
 def remove_leftover_containers() -> list[str]:
@@ -549,11 +446,3 @@ def remove_leftover_containers() -> list[str]:
         return DockerRuntime().remove_labelled()
     except EngineError:
         return []  # no daemon: nothing can be left over
-
-
-def _log_event(event: str, config: str, **fields: Any) -> None:
-    path = Path(layout.ENGINE_EVENTS)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"ts": now_iso(), "event": event, "config": config, **fields}
-    with path.open("a") as f:
-        f.write(json.dumps(record) + "\n")

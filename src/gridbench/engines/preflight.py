@@ -36,4 +36,9 @@ def check_engine(grid: Grid, engine: str) -> dict[str, Any]:
             f"(mounted by {', '.join(users)})",
             hint="put the files there or fix the volumes' host paths in the config",
         )
-    return {"engine": engine, "runtime": first.engine.runtime, **image, "configs": [c.name for c in configs]}
+    return {
+        "engine": engine,
+        "runtime": first.engine.runtime,
+        **image.to_json(),
+        "configs": [c.name for c in configs],
+    }

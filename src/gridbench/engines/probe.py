@@ -15,7 +15,7 @@ from gridbench.errors import EngineStartError, EngineTimeoutError
 _POLL_S = 0.25
 
 
-def http_get(url: str, timeout: float = 5.0, headers: Mapping[str, str] | None = None):
+def http_get(url: str, timeout: float = 5.0, headers: Mapping[str, str] | None = None) -> tuple[int, str]:
     """(status, body) of a GET; status 0 when nothing answers."""
     request = urllib.request.Request(url, headers=dict(headers or {}))
     try:
@@ -32,7 +32,7 @@ def http_post(
     body: Mapping[str, Any] | None = None,
     timeout: float = 10.0,
     headers: Mapping[str, str] | None = None,
-):
+) -> tuple[int, str]:
     data = json.dumps(body or {}).encode()
     request = urllib.request.Request(
         url,

@@ -1,8 +1,9 @@
 """Engine runtimes: a container through the Docker SDK, or a local process.
 
 Both start detached, so a started engine outlives the cell that started it and the next
-cell of the same config reuses it warm. A handle (a plain dict, kept in the slot's state
-file) is all a later process needs to check, read and stop the engine.
+cell of the same config reuses it warm. A handle (ProcessHandle or ContainerHandle, kept as
+JSON in the slot's state file) is all a later process needs to check, read and stop the
+engine.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from gridbench.engines.allocation import cuda_visible_devices, process_start_time, sweep_owner
 from gridbench.engines.commands import LaunchPlan
@@ -22,6 +24,96 @@ from gridbench.errors import EngineError, EngineStartError, ImageNotFoundError
 from gridbench.grid import ServingConfig
 
 LABEL = "gridbench.workdir"  # containers are labelled with their owner: working directory (and cluster job)
+
+RuntimeName = Literal["process", "docker"]
+
+
+@dataclass(frozen=True)
+class ProcessHandle:
+    """A local engine process: its pid with its start time (a pid alone is reused)."""
+
+    runtime: ClassVar[Literal["process"]] = "process"
+    pid: int
+    name: str
+    start_time: int | None
+    log_path: Path
+    log_offset: int = 0  # where this engine's output begins in the (appended) engine log
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runtime": self.runtime,
+            "pid": self.pid,
+            "name": self.name,
+            "start_time": self.start_time,
+            "log_path": str(self.log_path),
+            "log_offset": self.log_offset,
+        }
+
+
+@dataclass(frozen=True)
+class ContainerHandle:
+    """A detached container, by id; its output is copied into the engine log when it stops."""
+
+    runtime: ClassVar[Literal["docker"]] = "docker"
+    container_id: str
+    name: str
+    log_path: Path
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runtime": self.runtime,
+            "container_id": self.container_id,
+            "name": self.name,
+            "log_path": str(self.log_path),
+        }
+
+
+RuntimeHandle = ProcessHandle | ContainerHandle
+
+
+def handle_from_json(data: Mapping[str, Any]) -> RuntimeHandle:
+    """The handle a slot file (or a watchdog spec) records, by its ``runtime`` key."""
+    if data["runtime"] == "docker":
+        return ContainerHandle(
+            container_id=data["container_id"], name=data["name"], log_path=Path(data["log_path"])
+        )
+    return ProcessHandle(
+        pid=data["pid"],
+        name=data["name"],
+        start_time=data.get("start_time"),
+        log_path=Path(data["log_path"]),
+        log_offset=data.get("log_offset", 0),
+    )
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What an engine runs: the image (id and digest) of a container, the command of a process."""
+
+    image: str | None
+    image_id: str | None
+    image_digest: str | None
+    command: tuple[str, ...] | None = None  # a process engine's command prefix; None for a container
+
+    def to_json(self) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "image": self.image,
+            "image_id": self.image_id,
+            "image_digest": self.image_digest,
+        }
+        if self.command is not None:
+            record["command"] = list(self.command)
+        return record
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ImageInfo:
+        command = data.get("command")
+        return cls(
+            image=data.get("image"),
+            image_id=data.get("image_id"),
+            image_digest=data.get("image_digest"),
+            command=None if command is None else tuple(command),
+        )
 
 
 class Runtime(Protocol):
@@ -34,11 +126,11 @@ class Runtime(Protocol):
         gpus: list[str],
         log_path: Path,
         env: Mapping[str, str],
-    ) -> dict[str, Any]: ...
-    def is_running(self, handle: Mapping[str, Any]) -> bool: ...
-    def log_tail(self, handle: Mapping[str, Any], lines: int = 40) -> str: ...
-    def stop(self, handle: Mapping[str, Any], grace_s: float = 15.0) -> None: ...
-    def image_info(self, cfg: ServingConfig) -> dict[str, Any]: ...
+    ) -> RuntimeHandle: ...
+    def is_running(self, handle: RuntimeHandle) -> bool: ...
+    def log_tail(self, handle: RuntimeHandle, lines: int = 40) -> str: ...
+    def stop(self, handle: RuntimeHandle, grace_s: float = 15.0) -> None: ...
+    def image_info(self, cfg: ServingConfig) -> ImageInfo: ...
 
 
 def _tail(path: Path, lines: int, start: int = 0) -> str:
@@ -56,7 +148,16 @@ def _tail(path: Path, lines: int, start: int = 0) -> str:
 class ProcessRuntime:
     """A local command in its own process group, its output appended to the engine log."""
 
-    def start(self, cfg, plan, *, name, gpus, log_path, env):
+    def start(
+        self,
+        cfg: ServingConfig,
+        plan: LaunchPlan,
+        *,
+        name: str,
+        gpus: list[str],
+        log_path: Path,
+        env: Mapping[str, str],
+    ) -> ProcessHandle:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         child_env = {**os.environ, **cfg.all_env, **env}  # a local process inherits pass_env too
         if gpus:
@@ -77,19 +178,19 @@ class ProcessRuntime:
                     f"engine {cfg.engine.name}: cannot run {plan.argv[0]!r}: {err}",
                     hint=f"install it or fix engines.{cfg.engine.name}.command",
                 ) from err
-        return {
-            "runtime": "process",
-            "pid": proc.pid,
-            "name": name,
-            "start_time": process_start_time(proc.pid),
-            "log_path": str(log_path),
-            "log_offset": offset,
-        }
+        return ProcessHandle(
+            pid=proc.pid,
+            name=name,
+            start_time=process_start_time(proc.pid),
+            log_path=log_path,
+            log_offset=offset,
+        )
 
-    def is_running(self, handle):
-        pid = handle["pid"]
+    def is_running(self, handle: RuntimeHandle) -> bool:
+        process = _process(handle)
+        pid = process.pid
         start = process_start_time(pid)
-        if start is None or start != handle.get("start_time"):
+        if start is None or start != process.start_time:
             return False  # gone, or the pid now belongs to another process
         with contextlib.suppress(ChildProcessError):
             done, _ = os.waitpid(pid, os.WNOHANG)  # reap it when we are its parent
@@ -97,13 +198,14 @@ class ProcessRuntime:
                 return False
         return _process_state(pid) not in ("Z", "X", None)
 
-    def log_tail(self, handle, lines=40):
-        return _tail(Path(handle["log_path"]), lines, handle.get("log_offset", 0))
+    def log_tail(self, handle: RuntimeHandle, lines: int = 40) -> str:
+        process = _process(handle)
+        return _tail(process.log_path, lines, process.log_offset)
 
-    def stop(self, handle, grace_s=15.0):
+    def stop(self, handle: RuntimeHandle, grace_s: float = 15.0) -> None:
         if not self.is_running(handle):
             return
-        pid = handle["pid"]
+        pid = _process(handle).pid
         for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, sig)
@@ -116,8 +218,20 @@ class ProcessRuntime:
             f"engine process {pid} did not stop after SIGKILL", hint=f"kill it by hand: kill -9 -{pid}"
         )
 
-    def image_info(self, cfg):
-        return {"image": None, "image_id": None, "image_digest": None, "command": list(cfg.engine.command)}
+    def image_info(self, cfg: ServingConfig) -> ImageInfo:
+        return ImageInfo(image=None, image_id=None, image_digest=None, command=tuple(cfg.engine.command))
+
+
+def _process(handle: RuntimeHandle) -> ProcessHandle:
+    if not isinstance(handle, ProcessHandle):
+        raise TypeError(f"the process runtime got a {handle.runtime} handle: {handle}")
+    return handle
+
+
+def _container_handle(handle: RuntimeHandle) -> ContainerHandle:
+    if not isinstance(handle, ContainerHandle):
+        raise TypeError(f"the docker runtime got a {handle.runtime} handle: {handle}")
+    return handle
 
 
 def _process_state(pid: int) -> str | None:
@@ -144,7 +258,7 @@ class DockerRuntime:
         self.errors = docker.errors
         self.types = docker.types
 
-    def _image(self, cfg: ServingConfig):
+    def _image(self, cfg: ServingConfig) -> Any:
         try:
             return self.client.images.get(cfg.engine.image)
         except self.errors.ImageNotFound as err:
@@ -155,16 +269,23 @@ class DockerRuntime:
                 "docker load an exported copy, or build it (scripts/build_*_image.sh)",
             ) from err
 
-    def image_info(self, cfg):
+    def image_info(self, cfg: ServingConfig) -> ImageInfo:
         image = self._image(cfg)
         digests = image.attrs.get("RepoDigests") or []
-        return {
-            "image": cfg.engine.image,
-            "image_id": image.id,
-            "image_digest": digests[0] if digests else None,
-        }
+        return ImageInfo(
+            image=cfg.engine.image, image_id=image.id, image_digest=digests[0] if digests else None
+        )
 
-    def start(self, cfg, plan, *, name, gpus, log_path, env):
+    def start(
+        self,
+        cfg: ServingConfig,
+        plan: LaunchPlan,
+        *,
+        name: str,
+        gpus: list[str],
+        log_path: Path,
+        env: Mapping[str, str],
+    ) -> ContainerHandle:
         engine = cfg.engine
         self._image(cfg)
         with contextlib.suppress(self.errors.NotFound):
@@ -210,31 +331,31 @@ class DockerRuntime:
                 hint="check the engine's docker settings (gpus, volumes, ports) in the config",
             ) from err
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        return {"runtime": "docker", "container_id": container.id, "name": name, "log_path": str(log_path)}
+        return ContainerHandle(container_id=container.id, name=name, log_path=log_path)
 
-    def _container(self, handle):
+    def _container(self, handle: RuntimeHandle) -> Any:
         try:
-            return self.client.containers.get(handle["container_id"])
+            return self.client.containers.get(_container_handle(handle).container_id)
         except self.errors.NotFound:
             return None
 
-    def is_running(self, handle):
+    def is_running(self, handle: RuntimeHandle) -> bool:
         container = self._container(handle)
         return container is not None and container.status in ("created", "running")
 
-    def log_tail(self, handle, lines=40):
+    def log_tail(self, handle: RuntimeHandle, lines: int = 40) -> str:
         container = self._container(handle)
         if container is None:
-            return _tail(Path(handle["log_path"]), lines)
+            return _tail(handle.log_path, lines)
         return container.logs(tail=lines).decode(errors="replace")
 
-    def stop(self, handle, grace_s=15.0):
+    def stop(self, handle: RuntimeHandle, grace_s: float = 15.0) -> None:
         container = self._container(handle)
         if container is None:
             return
         with contextlib.suppress(self.errors.APIError):
             container.stop(timeout=grace_s)
-        with contextlib.suppress(self.errors.APIError), Path(handle["log_path"]).open("ab") as log:
+        with contextlib.suppress(self.errors.APIError), handle.log_path.open("ab") as log:
             log.write(container.logs())
         with contextlib.suppress(self.errors.NotFound):
             container.remove(force=True)
@@ -256,3 +377,8 @@ def passed_env(cfg: ServingConfig) -> dict[str, str]:
 
 def runtime_for(kind: str) -> Runtime:
     return DockerRuntime() if kind == "docker" else ProcessRuntime()
+
+
+def runtime_of(handle: RuntimeHandle) -> Runtime:
+    """The runtime that checks, reads and stops the engine of ``handle``."""
+    return runtime_for(handle.runtime)

@@ -9,7 +9,8 @@ sweep's process still lives (if not, it stops the engine, frees its slots and lo
 
     python -m gridbench.engines.watchdog '<spec as JSON>'
 
-The spec (see ``spec`` below) is what SlotManager records about the engine.
+The spec (WatchdogSpec below) is the part of the slot's record (slots.OwnedEngine) that
+names the engine and its owner, and the slot directory.
 """
 
 from __future__ import annotations
@@ -20,24 +21,41 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from gridbench.engines.allocation import process_gone
+from gridbench.engines.runtime import Runtime, runtime_of
+from gridbench.engines.slots import OwnedEngine
 
 log = logging.getLogger("gridbench.watchdog")
 POLL_S = float(os.environ.get("GRIDBENCH_WATCHDOG_POLL_S", 1.0))
 
 
-def spec(state: dict[str, Any], slot_dir: Path) -> dict[str, Any]:
-    """What the watchdog of the engine in slot ``state`` needs to know."""
-    keys = ("owner", "owner_process", "config", "fingerprint", "slots", "handle")
-    return {**{k: state[k] for k in keys}, "slot_dir": str(slot_dir)}
+@dataclass(frozen=True)
+class WatchdogSpec:
+    """What the watchdog of an engine needs to know: the engine, its owner, its slots' directory.
+
+    On its command line as one JSON object: the engine's OwnedEngine fields and ``slot_dir``."""
+
+    engine: OwnedEngine
+    slot_dir: Path
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.engine.owned_json(), "slot_dir": str(self.slot_dir)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WatchdogSpec:
+        return cls(engine=OwnedEngine.owned_from_json(data), slot_dir=Path(data["slot_dir"]))
 
 
-def start(state: dict[str, Any], slot_dir: Path, log_path: Path) -> subprocess.Popen:
+def start(engine: OwnedEngine, slot_dir: Path, log_path: Path) -> subprocess.Popen[bytes]:
     """Start the watchdog of an engine, detached, in the current working directory."""
+    spec = WatchdogSpec(engine, slot_dir)
     with log_path.open("ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "gridbench.engines.watchdog", json.dumps(spec(state, slot_dir))],
+            [sys.executable, "-m", "gridbench.engines.watchdog", json.dumps(spec.to_json())],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -45,28 +63,26 @@ def start(state: dict[str, Any], slot_dir: Path, log_path: Path) -> subprocess.P
         )
 
 
-def watch(spec: dict[str, Any], poll_s: float = POLL_S) -> str:
+def watch(spec: WatchdogSpec, poll_s: float = POLL_S) -> str:
     """Wait until the engine stops (``engine gone``) or its owner does (``owner gone``, the
     engine stopped); transient errors (a busy Docker daemon) are retried."""
-    from gridbench.engines.allocation import process_gone
-    from gridbench.engines.manager import stop_orphan
-    from gridbench.engines.runtime import runtime_for
+    from gridbench.engines.manager import stop_orphan  # manager starts watchdogs: imported here
 
-    handle = spec["handle"]
-    runtime = None
+    engine = spec.engine
+    runtime: Runtime | None = None
     failures = 0
     while True:
         try:
-            runtime = runtime or runtime_for(handle["runtime"])
-            if not runtime.is_running(handle):
+            runtime = runtime or runtime_of(engine.handle)
+            if not runtime.is_running(engine.handle):
                 return "engine gone"
-            if process_gone(spec["owner_process"]):
-                stop_orphan(spec, Path(spec["slot_dir"]), by="watchdog")
+            if process_gone(engine.owner_process):
+                stop_orphan(engine, spec.slot_dir, by="watchdog")
                 return "owner gone"
             failures = 0
         except Exception as err:  # a watchdog that gave up at once would leave the orphan
             failures += 1
-            log.warning(f"watchdog of {spec['config']}: {type(err).__name__}: {err}")
+            log.warning(f"watchdog of {engine.config}: {type(err).__name__}: {err}")
             if failures >= 30:
                 return "given up"
         time.sleep(poll_s)
@@ -74,10 +90,10 @@ def watch(spec: dict[str, Any], poll_s: float = POLL_S) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="gridbench %(asctime)s %(levelname)s %(message)s")
-    spec = json.loads((argv or sys.argv[1:])[0])
+    spec = WatchdogSpec.from_json(json.loads((argv or sys.argv[1:])[0]))
     outcome = watch(spec)
     if outcome != "engine gone":
-        log.info(f"watchdog of {spec['config']}: {outcome}")
+        log.info(f"watchdog of {spec.engine.config}: {outcome}")
     return 0 if outcome != "given up" else 1
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gridbench.engines import probe
 from gridbench.engines.kinds.base import EngineKind
@@ -76,7 +76,7 @@ class VLLM(EngineKind):
                     args += ["--speculative-model", spec.draft_model]
                 args += ["--num-speculative-tokens", str(spec.num_speculative_tokens)]
             else:
-                speculative = {"method": spec.method}
+                speculative: dict[str, Any] = {"method": spec.method}
                 if spec.draft_model:
                     speculative["model"] = spec.draft_model
                 if spec.num_speculative_tokens is not None:

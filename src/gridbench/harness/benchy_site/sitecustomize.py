@@ -10,6 +10,7 @@ One connection per request, as gridbench's own harness does, takes the race away
 """
 
 import functools
+from typing import Any
 
 import aiohttp
 
@@ -17,10 +18,11 @@ _connector_init = aiohttp.TCPConnector.__init__
 
 
 @functools.wraps(_connector_init)
-def _one_connection_per_request(self, *args, **kwargs):
+def _one_connection_per_request(self: aiohttp.TCPConnector, *args: Any, **kwargs: Any) -> None:
     kwargs["force_close"] = True
     kwargs.pop("keepalive_timeout", None)  # aiohttp refuses it together with force_close
     _connector_init(self, *args, **kwargs)
 
 
-aiohttp.TCPConnector.__init__ = _one_connection_per_request
+# the deliberate monkeypatch this file exists for: mypy forbids assigning to a method
+aiohttp.TCPConnector.__init__ = _one_connection_per_request  # type: ignore[method-assign]
