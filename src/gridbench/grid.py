@@ -137,13 +137,13 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 def load_config_files(paths: Iterable[str | Path], overrides: Mapping[str, Any] | None = None):
     """Load, merge (later files win, as Snakemake does) and validate config files."""
-    paths = [Path(p) for p in paths]
+    files = [Path(p) for p in paths]
     merged: dict[str, Any] = {}
-    for path in paths:
+    for path in files:
         _merge(merged, read_config_file(path))
     if overrides:
         _merge(merged, dict(overrides))
-    source = " + ".join(map(str, paths)) or "config"
+    source = " + ".join(map(str, files)) or "config"
     validate_config(merged, source)
     return Grid.from_config(merged, source)
 

@@ -86,21 +86,26 @@ def planned_cells(grid: Grid) -> list[PlannedCell]:
                 timing_keys=(("cached", cell.config, cell.depth), ("cached", cell.depth), ("cached",)),
             )
         )
-    for cell in grid.natural_cells():
-        names = {"config": cell.config, "prompt_class": cell.prompt_class, "concurrency": cell.concurrency}
+    requests = int(grid.natural["requests"]) if grid.natural else 0
+    for natural in grid.natural_cells():
+        names = {
+            "config": natural.config,
+            "prompt_class": natural.prompt_class,
+            "concurrency": natural.concurrency,
+        }
         cells.append(
             PlannedCell(
                 kind="natural",
-                config=cell.config,
+                config=natural.config,
                 cell_id=layout.NATURAL_CELL_ID.format(**names),
-                label=f"{cell.config} {cell.prompt_class} c={cell.concurrency}",
+                label=f"{natural.config} {natural.prompt_class} c={natural.concurrency}",
                 result=layout.NATURAL.format(**names),
                 provenance=layout.NATURAL_PROVENANCE.format(**names),
                 failure=layout.NATURAL_FAILURE.format(**names),
-                expected_requests=int(grid.natural["requests"]),
+                expected_requests=requests,
                 timing_keys=(
-                    ("natural", cell.config, cell.concurrency),
-                    ("natural", cell.concurrency),
+                    ("natural", natural.config, natural.concurrency),
+                    ("natural", natural.concurrency),
                     ("natural",),
                 ),
             )

@@ -479,7 +479,9 @@ def read_benchy_cells(
 
 
 def _read_benchy_cells(cells: Sequence[Mapping[str, Any]], entry: Callable[[Mapping[str, Any], int], Any]):
-    results, failures, versions = {}, {}, {}
+    results: dict[tuple[str, int], tuple[dict[str, Any], dict[str, Any]]] = {}
+    failures: dict[tuple[str, int], dict[str, Any]] = {}
+    versions: dict[str, str | None] = {}
     for cell in cells:
         key = (cell["config"], cell["depth"])
         try:

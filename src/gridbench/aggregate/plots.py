@@ -6,6 +6,7 @@ to show says so on the canvas ("no data: ..."), so the workflow's outputs never 
 
 from __future__ import annotations
 
+import functools
 import io
 import textwrap
 from collections.abc import Callable, Mapping
@@ -494,9 +495,9 @@ def pareto_frontier(natural: pd.DataFrame) -> Figure:
 def depth_figures(frame: pd.DataFrame, study: Mapping[str, Any]) -> dict[str, Callable[[], Figure]]:
     figures: dict[str, Callable[[], Figure]] = {}
     for name, spec in LINE_GRAPHS.items():
-        figures[name] = lambda spec=spec: line_vs_context(frame, spec)
-    for name, spec in GROUPED_GRAPHS.items():
-        figures[name] = lambda spec=spec: grouped_bars(frame, spec)
+        figures[name] = functools.partial(line_vs_context, frame, spec)
+    for name, grouped in GROUPED_GRAPHS.items():
+        figures[name] = functools.partial(grouped_bars, frame, grouped)
     figures["ttft_cached_vs_context"] = lambda: ttft_cached_vs_context(frame)
     figures["speedup_vs_context"] = lambda: speedup_vs_context(frame, study)
     figures["acceptance_per_position"] = lambda: acceptance_per_position(frame)
@@ -504,8 +505,8 @@ def depth_figures(frame: pd.DataFrame, study: Mapping[str, Any]) -> dict[str, Ca
 
 
 def natural_figures(natural: pd.DataFrame) -> dict[str, Callable[[], Figure]]:
-    figures = {
-        name: (lambda spec=spec: natural_vs_concurrency(natural, spec)) for name, spec in NATURAL.items()
+    figures: dict[str, Callable[[], Figure]] = {
+        name: functools.partial(natural_vs_concurrency, natural, spec) for name, spec in NATURAL.items()
     }
     figures["natural_pareto"] = lambda: pareto_frontier(natural)
     return figures

@@ -608,7 +608,7 @@ def acceptance_section(dataset: pd.DataFrame) -> str:
         row: list[Any] = [depth]
         for config in configs:
             rate = cells.get((config, depth), {}).get("acceptance_rate")
-            row.append(DASH if _na(rate) else pct(rate))
+            row.append(DASH if rate is None or _na(rate) else pct(float(rate)))
         by_depth.append(row)
     return (
         "Pooled over every measured depth cell (Σ accepted ÷ Σ drafted, mean acceptance length = "
