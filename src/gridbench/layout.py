@@ -1,7 +1,7 @@
 """Where a sweep's files go, relative to the working directory.
 
-The workflow's rules spell the same patterns literally; tests/test_layout.py keeps the
-two in step.
+The one place these patterns are spelled: the workflow's rules name their outputs with
+these constants (workflow/rules/*.smk), and the package fills them in.
 """
 
 from __future__ import annotations

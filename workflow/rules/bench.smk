@@ -2,10 +2,10 @@ rule bench_cell:
     input:
         get_cell_files,
     output:
-        raw="results/raw/{config}/depth_{depth}.json",
-        provenance="results/raw/{config}/depth_{depth}.provenance.json",
+        raw=layout.RAW,
+        provenance=layout.PROVENANCE,
     log:
-        "logs/cells/{config}/depth_{depth}.log",
+        layout.CELL_LOG,
     priority: get_cell_priority
     resources:
         **ENGINE_MUTEXES,
@@ -23,10 +23,10 @@ rule bench_cached_cell:
     input:
         get_cell_files,
     output:
-        raw="results/raw/{config}/depth_{depth}.pc.json",
-        provenance="results/raw/{config}/depth_{depth}.pc.provenance.json",
+        raw=layout.CACHED_RAW,
+        provenance=layout.CACHED_PROVENANCE,
     log:
-        "logs/cells/{config}/depth_{depth}.pc.log",
+        layout.CACHED_LOG,
     priority: get_cached_cell_priority
     resources:
         **ENGINE_MUTEXES,

@@ -95,15 +95,15 @@ def get_final_outputs():
     llama-benchy sweep; the natural dataset exists when the study has a natural matrix).
     """
     outputs = [
-        "dataset/dataset.csv",
-        "dataset/dataset.json",
-        "dataset/dataset.parquet",
-        "dataset/comparison.md",
+        layout.DATASET_CSV,
+        layout.DATASET_JSON,
+        layout.DATASET_PARQUET,
+        layout.REPORT,
         layout.EXPLORER,
         *get_graphs(None),
     ]
     if GRID.natural:
-        outputs += ["dataset/natural.csv", "dataset/natural.parquet"]
+        outputs += [layout.NATURAL_CSV, layout.NATURAL_PARQUET]
     return outputs
 
 
@@ -123,9 +123,9 @@ def get_graphs(wildcards):
 
 def get_datasets(wildcards):
     """The Parquet datasets of the study: depth, and natural with a natural matrix."""
-    inputs = {"dataset": "dataset/dataset.parquet"}
+    inputs = {"dataset": layout.DATASET_PARQUET}
     if GRID.natural:
-        inputs["natural"] = "dataset/natural.parquet"
+        inputs["natural"] = layout.NATURAL_PARQUET
     return inputs
 
 
@@ -134,7 +134,7 @@ def get_report_inputs(wildcards):
 
 
 def get_report_natural_option(wildcards):
-    return "--natural dataset/natural.parquet" if GRID.natural else ""
+    return f"--natural {layout.NATURAL_PARQUET}" if GRID.natural else ""
 
 
 def _host_files(config_name, kind):

@@ -3,12 +3,12 @@ rule build_dataset:
         get_raw_results,
     output:
         csv=report(
-            "dataset/dataset.csv",
+            layout.DATASET_CSV,
             caption="../report/dataset.rst",
             category="Dataset",
         ),
-        json="dataset/dataset.json",
-        parquet="dataset/dataset.parquet",
+        json=layout.DATASET_JSON,
+        parquet=layout.DATASET_PARQUET,
     log:
         "logs/dataset/build_dataset.log",
     params:
@@ -24,11 +24,11 @@ rule build_natural_dataset:
         get_natural_results,
     output:
         csv=report(
-            "dataset/natural.csv",
+            layout.NATURAL_CSV,
             caption="../report/natural_dataset.rst",
             category="Dataset",
         ),
-        parquet="dataset/natural.parquet",
+        parquet=layout.NATURAL_PARQUET,
     log:
         "logs/dataset/build_natural_dataset.log",
     params:

@@ -2,10 +2,10 @@ rule natural_cell:
     input:
         get_natural_cell_files,
     output:
-        raw="results/natural/{config}/{prompt_class}_c{concurrency}.json",
-        provenance="results/natural/{config}/{prompt_class}_c{concurrency}.provenance.json",
+        raw=layout.NATURAL,
+        provenance=layout.NATURAL_PROVENANCE,
     log:
-        "logs/cells/{config}/natural_{prompt_class}_c{concurrency}.log",
+        layout.NATURAL_LOG,
     priority: get_cell_priority
     resources:
         **ENGINE_MUTEXES,

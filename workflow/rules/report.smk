@@ -4,7 +4,7 @@
 
 rule plot_depth_graphs:
     input:
-        "dataset/dataset.parquet",
+        layout.DATASET_PARQUET,
     output:
         report(
             "graphs/decode_vs_context.png",
@@ -64,7 +64,7 @@ rule plot_depth_graphs:
 
 rule plot_natural_graphs:
     input:
-        "dataset/natural.parquet",
+        layout.NATURAL_PARQUET,
     output:
         report(
             "graphs/natural_tok_s_vs_concurrency.png",
@@ -101,7 +101,7 @@ rule render_report:
         unpack(get_report_inputs),
     output:
         report(
-            "dataset/comparison.md",
+            layout.REPORT,
             caption="../report/comparison.rst",
             category="Report",
         ),
@@ -120,7 +120,7 @@ rule render_explorer:
         unpack(get_datasets),
     output:
         report(
-            "dataset/explorer.html",
+            layout.EXPLORER,
             caption="../report/explorer.rst",
             category="Report",
         ),
