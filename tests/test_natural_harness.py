@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, free_port, load_yaml
-from gridbench.cell import cell_spec, measure_natural, run_cell
+from gridbench.cell import natural_cell, run_cell
 from gridbench.engines import probe
 from gridbench.engines.manager import SlotManager
 from gridbench.grid import Grid, validate_config
@@ -40,10 +40,10 @@ def demo_grid(natural_section: dict, **engine_changes) -> Grid:
 
 
 def run_natural_cell(grid: Grid, config: str, prompt_class: str, concurrency: int) -> tuple[int, Path]:
-    spec = cell_spec(grid, config, ["cpu"], "natural", prompt_class=prompt_class, concurrency=concurrency)
+    cell = natural_cell(grid, config, ["cpu"], prompt_class, concurrency)
     out = Path(f"results/natural/{config}/{prompt_class}_c{concurrency}.json")
     outputs = {"raw": out, "provenance": out.with_suffix(".provenance.json")}
-    return run_cell(spec, outputs, measure_natural), out
+    return run_cell(cell, outputs), out
 
 
 # --- a real llama.cpp engine -------------------------------------------------------------
@@ -256,5 +256,5 @@ def test_prompt_file_replaces_the_packaged_prompts(tmp_path):
     prompts = tmp_path / "prompts.json"
     prompts.write_text(json.dumps({"haiku": "Write a haiku."}))
     grid = demo_grid({"prompt_classes": ["haiku"], "prompt_file": str(prompts)})
-    spec = cell_spec(grid, "D_f16_n0", ["cpu"], "natural", prompt_class="haiku", concurrency=1)
-    assert spec.natural["prompt"] == "Write a haiku."
+    cell = natural_cell(grid, "D_f16_n0", ["cpu"], "haiku", 1)
+    assert cell.natural["prompt"] == "Write a haiku."

@@ -15,7 +15,7 @@ from browser import CHROMIUM, Chromium
 from conftest import REPO, write_config
 from gridbench import layout
 from gridbench.aggregate import synthetic
-from gridbench.cell import _write_failure, cell_spec
+from gridbench.cell import _write_failure, depth_cell
 from gridbench.errors import BenchmarkError
 from gridbench.grid import load_config_files
 from gridbench.plan import benchy_plan, natural_plan
@@ -155,7 +155,7 @@ def test_a_real_cell_gives_graphs_report_and_the_shapes_the_fixtures_assume(work
     for key in ("engine", "host", "versions", "bench", "spec_decode"):
         assert set(fake_prov[key]) == set(real_prov[key]) - {"gpu_memory"}, key
     grid = load_config_files([config_path])
-    spec = cell_spec(grid, "D_f16_draft4", ["cpu"], "benchy", depth=0)
-    _write_failure(spec, BenchmarkError("cell D_f16_draft4 depth 0: it broke"), "2026-01-01T00:00:00+00:00")
-    real_failure = json.loads(spec.failure_path().read_text())
+    cell = depth_cell(grid, "D_f16_draft4", ["cpu"], 0)
+    _write_failure(cell, BenchmarkError("cell D_f16_draft4 depth 0: it broke"), "2026-01-01T00:00:00+00:00")
+    real_failure = json.loads(cell.failure_path().read_text())
     assert set(synthetic.failure_record(plan["cells"][0], "x", "y")) == set(real_failure)

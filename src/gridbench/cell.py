@@ -18,17 +18,26 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import gridbench
 from gridbench import layout, provenance
 from gridbench.engines import probe
 from gridbench.engines.kinds import engine_kind
 from gridbench.engines.manager import EngineLease, SlotManager, now_iso
-from gridbench.errors import BenchmarkError, DiskFullError, EngineDiedError, EngineError, GridbenchError
+from gridbench.errors import (
+    BenchmarkError,
+    ConfigError,
+    DiskFullError,
+    EngineDiedError,
+    EngineError,
+    GridbenchError,
+)
 from gridbench.files import atomic_write_bytes, atomic_write_json, atomic_write_text
 from gridbench.grid import BenchySettings, Grid, ServingConfig
 from gridbench.harness import benchy
@@ -47,55 +56,151 @@ CONTEXT_DIR = Path(".gridbench/contexts")
 
 
 @dataclass(frozen=True)
-class CellSpec:
-    """Everything a cell process needs: its config's context file plus the cell's coordinates."""
+class Measured:
+    """What a cell's measurement produced: its output files' bytes and its provenance."""
 
-    kind: str  # "benchy" or "natural"
-    config: dict[str, Any]  # ServingConfig.to_dict()
+    files: dict[str, bytes]  # by output key ("raw")
+    provenance: dict[str, Any]  # merged into the cell's provenance record
+
+
+@dataclass(frozen=True)
+class Cell(ABC):
+    """One cell of a sweep, as its process runs it: its config (from the context file the
+    config's cells share), the engine slots it may use, and its own coordinates."""
+
+    config: dict[str, Any]  # ServingConfig.to_dict(), as the context file holds it
     slots: list[str]
-    depth: int | None = None
-    benchy: dict[str, Any] | None = None
-    prompt_class: str | None = None
-    concurrency: int | None = None
-    natural: dict[str, Any] | None = None
-    prefix_cache: bool = False  # a llama-benchy cell of the prefix-cache pass
 
-    @classmethod
-    def from_context(cls, path: Path, kind: str, **coordinates: Any) -> CellSpec:
-        context = json.loads(Path(path).read_text())
-        if kind == "natural":
-            settings = context.pop("natural")
-            prompts = settings.pop("prompts")
-            context["natural"] = {**settings, "prompt": prompts[coordinates["prompt_class"]]}
-        return cls(kind=kind, **context, **coordinates)
+    kind: ClassVar[str]
+
+    @cached_property
+    def serving_config(self) -> ServingConfig:
+        return ServingConfig.from_dict(self.config)
 
     @property
+    def name(self) -> str:
+        return str(self.config["name"])
+
+    @property
+    @abstractmethod
+    def cell_id(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def what(self) -> str:
+        """How messages name the cell."""
+
+    @abstractmethod
+    def failure_path(self) -> Path: ...
+
+    @abstractmethod
+    def log_path(self) -> Path: ...
+
+    @abstractmethod
+    def coordinates(self) -> dict[str, Any]:
+        """The failure record's coordinate keys, every kind's (None where not its own)."""
+
+    @abstractmethod
+    def measure(self, engine: EngineLease, scratch: Path) -> Measured: ...
+
+
+@dataclass(frozen=True)
+class DepthCell(Cell):
+    """llama-benchy at one context depth; with ``prefix_cache``, its prefix-cache pass."""
+
+    depth: int
+    benchy: dict[str, Any]  # BenchySettings, as the context file holds them
+    prefix_cache: bool = False
+
+    kind: ClassVar[str] = "benchy"
+
+    @cached_property
     def serving_config(self) -> ServingConfig:
         cfg = ServingConfig.from_dict(self.config)
         return cfg.with_prefix_cache() if self.prefix_cache else cfg
 
     @property
     def cell_id(self) -> str:
-        if self.kind == "benchy":
-            return (layout.CACHED_CELL_ID if self.prefix_cache else layout.BENCHY_CELL_ID).format(
-                depth=self.depth
-            )
+        return (layout.CACHED_CELL_ID if self.prefix_cache else layout.BENCHY_CELL_ID).format(
+            depth=self.depth
+        )
+
+    @property
+    def what(self) -> str:
+        return f"cell {self.name} depth {self.depth}" + (" (cached context)" if self.prefix_cache else "")
+
+    def failure_path(self) -> Path:
+        pattern = layout.CACHED_FAILURE if self.prefix_cache else layout.FAILURE
+        return Path(pattern.format(config=self.name, depth=self.depth))
+
+    def log_path(self) -> Path:
+        pattern = layout.CACHED_LOG if self.prefix_cache else layout.CELL_LOG
+        return Path(pattern.format(config=self.name, depth=self.depth))
+
+    def coordinates(self) -> dict[str, Any]:
+        return {
+            "depth": self.depth,
+            "prefix_cache": self.prefix_cache,
+            "prompt_class": None,
+            "concurrency": None,
+        }
+
+    def measure(self, engine: EngineLease, scratch: Path) -> Measured:
+        return measure_benchy(self, engine, scratch)
+
+
+@dataclass(frozen=True)
+class NaturalCell(Cell):
+    """One prompt class at one concurrency, through gridbench's own harness."""
+
+    prompt_class: str
+    concurrency: int
+    natural: dict[str, Any]  # NaturalSettings with the class's prompt under "prompt"
+
+    kind: ClassVar[str] = "natural"
+
+    @property
+    def cell_id(self) -> str:
         return layout.NATURAL_CELL_ID.format(prompt_class=self.prompt_class, concurrency=self.concurrency)
 
     @property
     def what(self) -> str:
-        name = self.config["name"]
-        if self.kind == "benchy":
-            return f"cell {name} depth {self.depth}" + (" (cached context)" if self.prefix_cache else "")
-        return f"cell {name} {self.prompt_class} c={self.concurrency}"
+        return f"cell {self.name} {self.prompt_class} c={self.concurrency}"
+
+    def _names(self) -> dict[str, Any]:
+        return {"config": self.name, "prompt_class": self.prompt_class, "concurrency": self.concurrency}
 
     def failure_path(self) -> Path:
-        sub = "" if self.kind == "benchy" else "natural/"
-        return FAILURE_DIR / sub / self.config["name"] / f"{self.cell_id}.json"
+        return Path(layout.NATURAL_FAILURE.format(**self._names()))
 
     def log_path(self) -> Path:
-        name = self.cell_id if self.kind == "benchy" else f"natural_{self.cell_id}"
-        return Path("logs/cells") / self.config["name"] / f"{name}.log"
+        return Path(layout.NATURAL_LOG.format(**self._names()))
+
+    def coordinates(self) -> dict[str, Any]:
+        return {
+            "depth": None,
+            "prefix_cache": False,
+            "prompt_class": self.prompt_class,
+            "concurrency": self.concurrency,
+        }
+
+    def measure(self, engine: EngineLease, scratch: Path) -> Measured:
+        return measure_natural(self, engine, scratch)
+
+
+def load_depth_cell(context: Path, depth: int, *, prefix_cache: bool = False) -> DepthCell:
+    """The cell a ``gridbench bench`` process runs: its config's context file, its depth."""
+    shared = json.loads(Path(context).read_text())
+    return DepthCell(shared["config"], shared["slots"], depth, shared["benchy"], prefix_cache)
+
+
+def load_natural_cell(context: Path, prompt_class: str, concurrency: int) -> NaturalCell:
+    """The cell a ``gridbench natural`` process runs: the context holds every class's prompt."""
+    shared = json.loads(Path(context).read_text())
+    settings = dict(shared["natural"])
+    prompts = settings.pop("prompts")
+    natural = {**settings, "prompt": prompts[prompt_class]}
+    return NaturalCell(shared["config"], shared["slots"], prompt_class, concurrency, natural)
 
 
 def write_context(grid: Grid, config: str, slots: list[str], kind: str) -> Path:
@@ -105,6 +210,8 @@ def write_context(grid: Grid, config: str, slots: list[str], kind: str) -> Path:
     context: dict[str, Any] = {"config": grid.config_dict(config), "slots": slots}
     if kind == "benchy":
         context["benchy"] = asdict(grid.benchy)
+    elif grid.natural is None:
+        raise ConfigError(f"config {config}: the grid has no natural section, so no natural cells")
     else:
         prompts = resolve_prompts(NaturalSettings.from_dict(grid.natural))
         context["natural"] = {**grid.natural, "prompts": prompts}
@@ -115,9 +222,18 @@ def write_context(grid: Grid, config: str, slots: list[str], kind: str) -> Path:
     return path
 
 
-def cell_spec(grid: Grid, config: str, slots: list[str], kind: str, **coordinates: Any) -> CellSpec:
-    """The spec a cell process will read: its context file written, the coordinates added."""
-    return CellSpec.from_context(write_context(grid, config, slots, kind), kind, **coordinates)
+def depth_cell(
+    grid: Grid, config: str, slots: list[str], depth: int, *, prefix_cache: bool = False
+) -> DepthCell:
+    """A depth cell as its process will read it, its context file written (tests, tools)."""
+    return load_depth_cell(write_context(grid, config, slots, "benchy"), depth, prefix_cache=prefix_cache)
+
+
+def natural_cell(
+    grid: Grid, config: str, slots: list[str], prompt_class: str, concurrency: int
+) -> NaturalCell:
+    """A natural cell as its process will read it, its context file written (tests, tools)."""
+    return load_natural_cell(write_context(grid, config, slots, "natural"), prompt_class, concurrency)
 
 
 class _Interrupted(BaseException):
@@ -155,13 +271,10 @@ def _engine_record(engine: EngineLease, cfg: ServingConfig) -> dict[str, Any]:
     }
 
 
-def run_cell(
-    spec: CellSpec, outputs: dict[str, Path], measure: Callable[[CellSpec, EngineLease, Path], dict[str, Any]]
-) -> int:
-    """Lease an engine, call ``measure`` in a scratch folder, write ``outputs`` atomically.
+def run_cell(spec: Cell, outputs: dict[str, Path]) -> int:
+    """Lease an engine, measure the cell in a scratch folder, write ``outputs`` atomically.
 
-    ``measure`` returns {"files": {output key: bytes}, "provenance": {...}}. Returns the exit
-    code: 0 on success, non-zero with a failure record otherwise."""
+    Returns the exit code: 0 on success, non-zero with a failure record otherwise."""
     cfg = spec.serving_config
     started_at = now_iso()
     manager = SlotManager(spec.slots)
@@ -176,7 +289,7 @@ def run_cell(
                 f"at {engine.base_url} (slot {engine.slot})"
             )
             try:
-                measured = measure(spec, engine, scratch)
+                measured = spec.measure(engine, scratch)
             except BenchmarkError as err:
                 if not manager.is_alive(engine):  # the load generator failed because of it
                     raise _engine_died(spec, manager, engine) from err
@@ -193,9 +306,9 @@ def run_cell(
                 "host": provenance.host_info(),
                 "started_at": started_at,
                 "finished_at": now_iso(),
-                **measured["provenance"],
+                **measured.provenance,
             }
-            for key, data in measured["files"].items():
+            for key, data in measured.files.items():
                 atomic_write_bytes(outputs[key], data)
             atomic_write_json(outputs["provenance"], record)
         spec.failure_path().unlink(missing_ok=True)
@@ -203,21 +316,21 @@ def run_cell(
     except (GridbenchError, _Interrupted, Exception) as caught:
         for path in outputs.values():
             path.unlink(missing_ok=True)  # nothing partial may pass as a result
-        err = _disk_full(spec, caught) or caught
+        failure = _disk_full(spec, caught) or caught
         if engine is not None and (
-            isinstance(err, EngineError | _Interrupted) or not manager.is_alive(engine)
+            isinstance(failure, EngineError | _Interrupted) or not manager.is_alive(engine)
         ):
             with contextlib.suppress(Exception):
                 manager.discard(engine)  # the next cell starts a fresh engine
-        _write_failure(spec, err, started_at)
-        if not isinstance(err, DiskFullError):  # copies would be truncated, and fill it further
+        _write_failure(spec, failure, started_at)
+        if not isinstance(failure, DiskFullError):  # copies would be truncated, and fill it further
             _keep_scratch(spec, scratch)
-        return 130 if isinstance(err, _Interrupted) else getattr(err, "exit_code", 1)
+        return 130 if isinstance(failure, _Interrupted) else getattr(failure, "exit_code", 1)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _disk_full(spec: CellSpec, err: BaseException) -> DiskFullError | None:
+def _disk_full(spec: Cell, err: BaseException) -> DiskFullError | None:
     """The error, said plainly, when a full disk is its cause: an OSError anywhere in its
     chain, or (a load generator's own write failing) a results filesystem left all but full."""
     hint = (
@@ -245,7 +358,7 @@ def _disk_full(spec: CellSpec, err: BaseException) -> DiskFullError | None:
     )
 
 
-def _engine_died(spec: CellSpec, manager: SlotManager, engine: EngineLease) -> EngineDiedError:
+def _engine_died(spec: Cell, manager: SlotManager, engine: EngineLease) -> EngineDiedError:
     return EngineDiedError(
         f"{spec.what}: the engine died while the cell was measuring",
         hint="read the engine log; the next cell starts a fresh engine",
@@ -253,7 +366,7 @@ def _engine_died(spec: CellSpec, manager: SlotManager, engine: EngineLease) -> E
     )
 
 
-def _keep_scratch(spec: CellSpec, scratch: Path) -> None:
+def _keep_scratch(spec: Cell, scratch: Path) -> None:
     """Keep what the load generator wrote (progress events, partial JSON) for diagnosis."""
     kept = spec.failure_path().with_suffix("")
     shutil.rmtree(kept, ignore_errors=True)
@@ -265,7 +378,7 @@ def _keep_scratch(spec: CellSpec, scratch: Path) -> None:
             log.info(f"  the load generator's files were not kept in {kept}: {err}")
 
 
-def _write_failure(spec: CellSpec, err: BaseException, started_at: str) -> None:
+def _write_failure(spec: Cell, err: BaseException, started_at: str) -> None:
     if isinstance(err, _Interrupted):
         reason = f"{spec.what}: interrupted by {err.args[0]}"
         kind = "interrupted"
@@ -275,12 +388,9 @@ def _write_failure(spec: CellSpec, err: BaseException, started_at: str) -> None:
     log_tail = provenance.scrub(getattr(err, "log_tail", "") or "")
     record = {
         "cell": spec.what,
-        "config": spec.config["name"],
+        "config": spec.name,
         "kind": spec.kind,
-        "depth": spec.depth,
-        "prefix_cache": spec.prefix_cache,
-        "prompt_class": spec.prompt_class,
-        "concurrency": spec.concurrency,
+        **spec.coordinates(),
         "error_type": kind,
         "reason": provenance.scrub(reason),
         "hint": getattr(err, "hint", None),
@@ -303,7 +413,7 @@ def _write_failure(spec: CellSpec, err: BaseException, started_at: str) -> None:
         log.info(f"--- engine log tail ---\n{log_tail}")
 
 
-def measure_benchy(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[str, Any]:
+def measure_benchy(spec: DepthCell, engine: EngineLease, scratch: Path) -> Measured:
     """llama-benchy at the cell's depth, bracketed by spec-decode counter snapshots."""
     cfg = spec.serving_config
     settings = BenchySettings(**spec.benchy)
@@ -364,9 +474,9 @@ def measure_benchy(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[s
         f"{spec.what}: decode {'-' if decode is None else f'{decode:.2f}'} tok/s, "
         f"TTFT {entry['e2e_ttft']['mean']:.1f} ms"
     )
-    return {
-        "files": {"raw": raw},
-        "provenance": {
+    return Measured(
+        files={"raw": raw},
+        provenance={
             "versions": provenance.versions("llama-benchy", result.get("version")),
             "bench": {
                 "argv": list(run.argv),
@@ -378,7 +488,7 @@ def measure_benchy(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[s
             "prefix_cache_reset": cache_reset,
             "spec_decode": spec_decode,
         },
-    }
+    )
 
 
 def snapshot_command(base_url: str, out_dir: Path, key_variable: str | None) -> str:
@@ -400,7 +510,7 @@ def _acceptance(
     return result
 
 
-def measure_natural(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[str, Any]:
+def measure_natural(spec: NaturalCell, engine: EngineLease, scratch: Path) -> Measured:
     """Warm up, then the measured requests, bracketed by spec-decode counter snapshots."""
     from gridbench.harness import natural  # aiohttp: a quarter second llama-benchy cells skip
 
@@ -446,9 +556,9 @@ def measure_natural(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[
         f"{spec.what}: {summary['output_tok_s']} tok/s aggregate, TTFT p50 {summary['ttft_ms_p50']} ms, "
         f"TPOT p50 {summary['tpot_ms_p50']} ms, {summary['ok']}/{summary['requests']} ok"
     )
-    return {
-        "files": {"raw": raw},
-        "provenance": {
+    return Measured(
+        files={"raw": raw},
+        provenance={
             "versions": provenance.versions(natural.LOAD_GENERATOR, gridbench.__version__),
             "bench": {
                 "url": endpoint.url,
@@ -461,7 +571,7 @@ def measure_natural(spec: CellSpec, engine: EngineLease, scratch: Path) -> dict[
             "prefix_cache_reset": cache_reset,
             "spec_decode": spec_decode,
         },
-    }
+    )
 
 
 def _settled_metrics(engine: EngineLease, timeout_s: float = 5.0) -> str | None:

@@ -117,19 +117,17 @@ def cmd_engine_status(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from gridbench.cell import CellSpec, measure_benchy, run_cell
+    from gridbench.cell import load_depth_cell, run_cell
 
-    spec = CellSpec.from_context(args.context, "benchy", depth=args.depth, prefix_cache=args.prefix_cache)
-    return run_cell(spec, {"raw": args.raw, "provenance": args.provenance}, measure_benchy)
+    cell = load_depth_cell(args.context, args.depth, prefix_cache=args.prefix_cache)
+    return run_cell(cell, {"raw": args.raw, "provenance": args.provenance})
 
 
 def cmd_natural(args: argparse.Namespace) -> int:
-    from gridbench.cell import CellSpec, measure_natural, run_cell
+    from gridbench.cell import load_natural_cell, run_cell
 
-    spec = CellSpec.from_context(
-        args.context, "natural", prompt_class=args.prompt_class, concurrency=args.concurrency
-    )
-    return run_cell(spec, {"raw": args.out, "provenance": args.provenance}, measure_natural)
+    cell = load_natural_cell(args.context, args.prompt_class, args.concurrency)
+    return run_cell(cell, {"raw": args.out, "provenance": args.provenance})
 
 
 def cmd_progress(args: argparse.Namespace) -> int:
