@@ -39,6 +39,8 @@ def test_every_cut_of_a_stream_gives_the_same_events(line_end):
     assert json.loads(expected[2].data)["choices"][0]["delta"]["content"] == "Café ☕"
     for chunks in splits(data):
         assert parse_all(chunks) == expected
+    one_event_each = [event + line_end * 2 for event in data.split(line_end * 2) if event]
+    assert parse_all(one_event_each) == expected  # the usual reads: one whole event each
 
 
 @pytest.mark.parametrize(

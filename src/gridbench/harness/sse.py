@@ -42,6 +42,16 @@ class SSEParser:
         self._event: str | None = None
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if (  # the common read: one whole "data:" event, nothing pending
+            not self._buffer
+            and not self._data
+            and self._event is None
+            and chunk.startswith(b"data: ")
+            and chunk.endswith(b"\n\n")
+            and chunk.count(b"\n") == 2
+            and b"\r" not in chunk
+        ):
+            return [SSEEvent(None, chunk[6:-2].decode("utf-8", "replace"))]
         buffer = self._buffer + chunk
         held = b""
         if b"\r" in buffer:
