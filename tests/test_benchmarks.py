@@ -30,7 +30,7 @@ def test_benchmark_script_loads(script, monkeypatch):
 
 def test_paced_server_dates_a_request_when_the_kernel_received_it(monkeypatch):
     """The fidelity benchmark's truth: a request read late is dated when it arrived."""
-    fidelity = load(REPO / "benchmarks/harness_fidelity.py", monkeypatch)
+    fidelity = load(REPO / "benchmarks/paced_server.py", monkeypatch)
     with fidelity.listening_socket(0, reuse_port=True) as listener:
         listener.setblocking(True)  # this test reads synchronously
         with socket.create_connection(listener.getsockname()) as client:
