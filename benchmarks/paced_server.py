@@ -68,7 +68,7 @@ class Request:
     """One parsed request: when it arrived, its method, target, headers (lower-case) and body."""
 
     def __init__(self, arrival: int, read: int, method: bytes, target: bytes, headers: dict, body: bytes):
-        self.arrival, self.read = arrival, read
+        self.arrival, self.read = arrival, read  # arrival == read: the kernel gave no stamp
         self.method, self.target, self.headers, self.body = method, target, headers, body
 
     @property
@@ -256,6 +256,7 @@ def serve(port: int, control_port: int, ttft_ms: float, gap_ms: float, tokens: i
             lateness.append(now - target)
         log.append(
             {"prompt": prompt[:40], "arrival": request.arrival, "read": request.read, "first": sent[0]}
+            | {"stamped": request.arrival != request.read}
             | {"last": sent[-1], "tokens": n, "late_p50_ms": sorted(lateness)[len(lateness) // 2] / 1e6}
             | {"late_max_ms": max(lateness) / 1e6}
         )
