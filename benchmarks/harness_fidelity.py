@@ -558,9 +558,12 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="fidelity-") as tmp:
         tools = find_tools(args, Path(tmp))
-        for client in args.clients[1:] if args.clients[:1] == ["harness"] else args.clients:
+        for client in args.clients:
             if client != "harness" and getattr(tools, client) is None:
-                out(f"{PEERS[client][0]}: not installed here, skipped (pass --{client} PATH to use one)")
+                where = (
+                    "beside this Python or on PATH" if client == "benchy" else f"on PATH or --{client} PATH"
+                )
+                out(f"{PEERS[client][0]}: not installed here ({where}), skipped")
         for scenario in scenarios(args):
             runs, extra = [], None
             with paced_server.PacedServer(
