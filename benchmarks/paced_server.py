@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 MODEL = "paced"
@@ -64,12 +65,16 @@ def listening_socket(port: int, reuse_port: bool) -> socket.socket:
 # --- HTTP/1.1, as much as the clients use ---------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
 class Request:
     """One parsed request: when it arrived, its method, target, headers (lower-case) and body."""
 
-    def __init__(self, arrival: int, read: int, method: bytes, target: bytes, headers: dict, body: bytes):
-        self.arrival, self.read = arrival, read  # arrival == read: the kernel gave no stamp
-        self.method, self.target, self.headers, self.body = method, target, headers, body
+    arrival: int  # the kernel's receive stamp of its first bytes; == read when there was none
+    read: int  # when the server first read it
+    method: bytes
+    target: bytes
+    headers: dict[bytes, bytes]
+    body: bytes
 
     @property
     def keep_alive(self) -> bool:
