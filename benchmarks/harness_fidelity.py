@@ -1,44 +1,72 @@
-"""How exactly the natural-prompt harness measures: against a paced server whose timing is known.
+"""How exactly the natural-prompt harness and its peers measure: against a paced server that knows.
 
-The paced server (plain asyncio, its own processes) answers every streamed chat completion
-with a first text chunk ``ttft`` after the request arrived and one chunk per token every
-``gap`` after that, on an absolute schedule, and records when it actually wrote each chunk
-on the host's monotonic clock (the clock the harness reads). "True" below is what the
-server did: TTFT = first write - arrival (the kernel's receive timestamp of the request's
-first segment: the time the request then waits for the server's loop is the server's),
-TPOT = (last write - first write) / (tokens - 1), aggregate = tokens / (last write - first
-arrival). The harness's numbers are the ones it writes into a cell's JSON. llama-benchy
-measures the same server for comparison; its tg is (tokens - 1) / (last chunk - first
-chunk) per request, so it is compared with 1 / TPOT.
+The paced server (benchmarks/paced_server.py, its own processes) streams every completion
+with a first token ``ttft`` after the request arrived and one token every ``gap`` after
+that, on an absolute schedule, and records when it actually wrote each token on the host's
+monotonic clock (the clock the clients read). "True" below is what the server did: TTFT =
+first write - arrival (the kernel's receive timestamp of the request: the time the request
+then waits for the server's loop is the server's), TPOT = (last write - first write) /
+(tokens - 1), aggregate = tokens / (last write - first arrival). Each client's numbers are
+the ones it reports itself; every client is measured against the truth of its own run.
 
-    python benchmarks/harness_fidelity.py            # c = 1, 16, 64 (the last >= 20,000 tok/s)
-    python benchmarks/harness_fidelity.py --quick    # smaller, for a smoke run
+Clients: gridbench's harness (the numbers it writes into a cell's JSON), llama-benchy,
+``vllm bench serve`` (completions, after its /tokenize alignment), AIPerf and GuideLLM;
+a client that is not installed is skipped with a line saying so.
 
-Target: measured / true within 1 % for TTFT p50, TPOT p50 and aggregate tok/s.
+    python benchmarks/harness_fidelity.py                  # c = 1, 16, 64 (the last ~23,000 tok/s)
+    python benchmarks/harness_fidelity.py --quick          # smaller, for a smoke run
+    python benchmarks/harness_fidelity.py --scale --save   # c = 256 and 1024 at ~100,000 tok/s, kept
+                                                           # under benchmarks/results/
+
+Target: measured / true within 1 % for TTFT p50/p99, TPOT p50 and aggregate tok/s.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import importlib.util
 import json
 import logging
 import os
+import platform
 import re
-import socket
-import struct
+import resource
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from gridbench.harness import natural
 from gridbench.harness.stats import nearest_rank
 
-MODEL = "paced"
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+METRICS = (  # key, label, format
+    ("ttft_ms_p50", "TTFT p50 (ms)", ".3f"),
+    ("ttft_ms_p99", "TTFT p99 (ms)", ".3f"),
+    ("tpot_ms_p50", "TPOT p50 (ms)", ".4f"),
+    ("output_tok_s", "aggregate (tok/s)", ",.0f"),
+)
+CLIENTS = ("harness", "benchy", "vllm", "aiperf", "guidellm")
+CLIENT_TIMEOUT_S = 900
+
+
+def _paced_server_module():
+    """benchmarks/paced_server.py, which this script also starts as the server's processes."""
+    spec = importlib.util.spec_from_file_location("paced_server", HERE / "paced_server.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+paced_server = _paced_server_module()
+MODEL = paced_server.MODEL
 
 
 @dataclass(frozen=True)
@@ -55,6 +83,11 @@ class Scenario:
         duration_ms = self.ttft_ms + (self.tokens - 1) * self.gap_ms
         return self.concurrency * self.tokens / (duration_ms / 1000)
 
+    def at_tok_s(self, tok_s: float) -> Scenario:
+        """The same scenario with the token gap that gives a nominal aggregate of ``tok_s``."""
+        duration_ms = self.concurrency * self.tokens / tok_s * 1000
+        return replace(self, gap_ms=round((duration_ms - self.ttft_ms) / (self.tokens - 1), 4))
+
 
 SCENARIOS = [
     Scenario(concurrency=1, requests=8, tokens=128, ttft_ms=100, gap_ms=10),
@@ -65,200 +98,27 @@ QUICK = [
     Scenario(concurrency=1, requests=4, tokens=32, ttft_ms=50, gap_ms=10),
     Scenario(concurrency=16, requests=16, tokens=64, ttft_ms=50, gap_ms=5),
 ]
+SCALE_TOK_S = 100_000  # the issue's target: one H200's small model at c = 256, or an 8-GPU node
+SCALE = [  # several waves each, at a nominal SCALE_TOK_S unless --scale-tok-s says otherwise
+    Scenario(concurrency=256, requests=1024, tokens=512, ttft_ms=100, gap_ms=2.5),
+    # a thousand prompts take no less to prefill, and the first tokens of a wave then come
+    # in one burst: 100 ms would time the burst more than the client
+    Scenario(concurrency=1024, requests=3072, tokens=256, ttft_ms=200, gap_ms=10),
+]
 
 
-# --- the paced server (runs in its own process) --------------------------------------------
+class Report:
+    """Lines printed as they come and kept, for --save."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, line: str = "") -> None:
+        print(line, flush=True)
+        self.lines.append(line)
 
 
-SO_TIMESTAMPNS = 35  # Linux; Python's socket module does not name it
-_STAMP_SPACE = socket.CMSG_SPACE(16)  # one struct timespec
-
-
-def kernel_arrival_ns(ancdata) -> int | None:
-    """When the kernel received the segment, on the monotonic clock; None without a stamp.
-    The stamp is on the realtime clock: both clocks are read back to back to convert it."""
-    for level, kind, data in ancdata:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-            sec, nsec = struct.unpack("qq", data[:16])
-            monotonic_now = time.perf_counter_ns()
-            realtime_now = time.clock_gettime_ns(time.CLOCK_REALTIME)
-            return monotonic_now - (realtime_now - (sec * 1_000_000_000 + nsec))
-    return None
-
-
-def listening_socket(port: int, reuse_port: bool) -> socket.socket:
-    """A non-blocking listener whose connections carry kernel receive timestamps (inherited)."""
-    listener = socket.socket()
-    if reuse_port:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    listener.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-    listener.bind(("127.0.0.1", port))
-    listener.listen(1024)
-    listener.setblocking(False)
-    return listener
-
-
-async def readable(conn: socket.socket) -> None:
-    """Until ``conn`` has data (recvmsg, for the timestamps, has no asyncio counterpart)."""
-    loop = asyncio.get_running_loop()
-    ready = loop.create_future()
-    # the loop may report the socket again before the waiting task runs
-    loop.add_reader(conn.fileno(), lambda: ready.done() or ready.set_result(None))
-    try:
-        await ready
-    finally:
-        loop.remove_reader(conn.fileno())
-
-
-def serve(port: int, control_port: int, ttft_ms: float, gap_ms: float, tokens: int) -> None:
-    """One server process: the shared port (SO_REUSEPORT spreads connections over the
-    processes) and its own control port for /log. Raw non-blocking sockets on asyncio: a
-    request's arrival is the kernel's receive timestamp of its first segment
-    (SO_TIMESTAMPNS), so the time it waits for this busy loop to read it counts in the
-    server's TTFT, as it would for a real server; the schedule is anchored there too."""
-    log: list[dict] = []
-    chunks = [
-        b'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" t%d"}}]}\n\n' % k
-        for k in range(tokens)
-    ]
-    tasks: set[asyncio.Future] = set()
-
-    async def stream(conn: socket.socket, arrival: int, read: int, n: int, content: str, usage: dict) -> None:
-        loop = asyncio.get_running_loop()
-        await loop.sock_sendall(conn, HEAD % b"text/event-stream")
-        sent, lateness = [], []
-        for k in range(n):
-            target = arrival + int((ttft_ms + k * gap_ms) * 1e6)
-            delay = target - time.perf_counter_ns()
-            if delay > 0:
-                await asyncio.sleep(delay / 1e9)
-            now = time.perf_counter_ns()
-            await loop.sock_sendall(conn, chunks[k])
-            sent.append(now)
-            lateness.append(now - target)
-        await loop.sock_sendall(
-            conn,
-            b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n'
-            + f'data: {{"choices":[],"usage":{json.dumps(usage)}}}\n\n'.encode()
-            + b"data: [DONE]\n\n",
-        )
-        log.append(
-            {"prompt": content[:40], "arrival": arrival, "read": read, "first": sent[0], "last": sent[-1]}
-            | {"tokens": n, "late_p50_ms": sorted(lateness)[len(lateness) // 2] / 1e6}
-            | {"late_max_ms": max(lateness) / 1e6}
-        )
-
-    async def respond(conn: socket.socket, arrival: int, read: int, target: bytes, body: bytes) -> None:
-        if target == b"/v1/models":
-            return await reply_json(conn, {"object": "list", "data": [{"id": MODEL}]})
-        if target == b"/log":
-            taken = list(log)
-            log.clear()
-            return await reply_json(conn, taken)
-        request = json.loads(body)
-        n = min(int(request.get("max_tokens") or tokens), tokens)
-        content = request["messages"][-1]["content"]
-        usage = {"prompt_tokens": len(content.split()), "completion_tokens": n, "total_tokens": n}
-        if not request.get("stream"):  # llama-benchy's prompt-size calibration
-            message = {"role": "assistant", "content": "".join(f" t{k}" for k in range(n))}
-            return await reply_json(conn, {"choices": [{"index": 0, "message": message}], "usage": usage})
-        await stream(conn, arrival, read, n, content, usage)
-
-    async def read_request(conn: socket.socket) -> tuple[int, int, bytes, bytes]:
-        """(arrival, first read, target, body) of the connection's one request."""
-        data, arrival = b"", None
-        while True:
-            try:
-                segment, ancdata, _, _ = conn.recvmsg(65536, _STAMP_SPACE)
-            except BlockingIOError:
-                await readable(conn)
-                continue
-            if not segment:
-                raise ConnectionError("the client closed before its request was complete")
-            if arrival is None:
-                read = time.perf_counter_ns()
-                arrival = kernel_arrival_ns(ancdata) or read
-            data += segment
-            head, found, body = data.partition(b"\r\n\r\n")
-            if not found:
-                continue
-            request_line, *headers = head.split(b"\r\n")
-            fields = dict(line.lower().split(b":", 1) for line in headers)
-            length = int(fields.get(b"content-length", 0))
-            if len(body) >= length:
-                return arrival, read, request_line.split()[1], body[:length]
-
-    async def handle(conn: socket.socket) -> None:
-        with conn:  # one request per connection (every response says Connection: close)
-            await respond(conn, *await read_request(conn))
-
-    async def accept(listener: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            conn, _ = await loop.sock_accept(listener)
-            conn.setblocking(False)
-            tasks.add(task := asyncio.ensure_future(handle(conn)))
-            task.add_done_callback(tasks.discard)
-
-    async def run() -> None:
-        shared, control = listening_socket(port, True), listening_socket(control_port, False)
-        await asyncio.gather(accept(shared), accept(control))
-
-    asyncio.run(run())
-
-
-HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nConnection: close\r\n\r\n"
-
-
-async def reply_json(conn: socket.socket, document) -> None:
-    body = HEAD % b"application/json" + json.dumps(document).encode()
-    await asyncio.get_running_loop().sock_sendall(conn, body)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class PacedServer:
-    """``processes`` server processes on one port, each started as ``this script serve ...``."""
-
-    def __init__(self, scenario: Scenario, processes: int) -> None:
-        self.port = _free_port()
-        self.control_ports = [_free_port() for _ in range(processes)]
-        timing = [str(scenario.ttft_ms), str(scenario.gap_ms), str(scenario.tokens)]
-        self.procs = [
-            subprocess.Popen([sys.executable, __file__, "serve", str(self.port), str(control), *timing])
-            for control in self.control_ports
-        ]
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 30
-        for control in self.control_ports:
-            while True:
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{control}/v1/models", timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
-                        raise RuntimeError("the paced server did not start") from None
-                    time.sleep(0.05)
-
-    def take_log(self) -> list[dict]:
-        log = []
-        for control in self.control_ports:
-            with urllib.request.urlopen(f"http://127.0.0.1:{control}/log", timeout=10) as r:
-                log += json.load(r)
-        return log
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            proc.terminate()
-        for proc in self.procs:
-            proc.wait(timeout=10)
-
-
-# --- measuring ---------------------------------------------------------------------------
+# --- the truth ---------------------------------------------------------------------------
 
 
 def truth(server_log: list[dict]) -> dict[str, float]:
@@ -266,16 +126,22 @@ def truth(server_log: list[dict]) -> dict[str, float]:
     tpot = sorted((e["last"] - e["first"]) / 1e6 / (e["tokens"] - 1) for e in server_log)
     wall_s = (max(e["last"] for e in server_log) - min(e["arrival"] for e in server_log)) / 1e9
     return {
+        "requests": len(server_log),
         "ttft_ms_p50": nearest_rank(ttft, 50),
+        "ttft_ms_p99": nearest_rank(ttft, 99),
+        "ttft_ms_mean": sum(ttft) / len(ttft),
         "tpot_ms_p50": nearest_rank(tpot, 50),
         "output_tok_s": sum(e["tokens"] for e in server_log) / wall_s,
         "late_p50_ms": nearest_rank(sorted(e["late_p50_ms"] for e in server_log), 50),
         "late_max_ms": max(e["late_max_ms"] for e in server_log),
+        # without the kernel's stamp (a sandbox's network stack may give none) a request is
+        # dated when the server read it: its wait for the server's loop is then missed
+        "kernel_stamped": sum(e["stamped"] for e in server_log) / len(server_log),
     }
 
 
 def delivery(traces, server_log: list[dict]) -> dict[str, float]:
-    """Where the harness's extra time goes, per request (one clock for both processes)."""
+    """Where the harness's extra time goes, per request (one clock for every process)."""
     by_index = {int(re.match(r"\[bench-(\d+)\]", e["prompt"]).group(1)): e for e in server_log}
     to_server = sorted((by_index[t.index]["arrival"] - t.start_ns) / 1e6 for t in traces)
     server_read = sorted((by_index[t.index]["read"] - by_index[t.index]["arrival"]) / 1e6 for t in traces)
@@ -290,8 +156,44 @@ def delivery(traces, server_log: list[dict]) -> dict[str, float]:
     }
 
 
-def run_harness(server: PacedServer, scenario: Scenario) -> tuple[dict[str, float], list]:
-    plan = natural.LevelPlan(
+# --- the clients ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tools:
+    """Where the peer clients are (None: not installed) and the files they need."""
+
+    workdir: Path
+    benchy: str | None
+    vllm: str | None
+    aiperf: str | None
+    guidellm: str | None
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        """An HF tokenizer folder (the demo models' vocabulary), written once."""
+        folder = self.workdir / "tokenizer"
+        if not folder.exists():
+            from gridbench.assets.hf_model import tokenizer_files
+
+            folder.mkdir()
+            for name, text in tokenizer_files(65536).items():
+                (folder / name).write_text(text)
+        return folder
+
+
+@dataclass(frozen=True)
+class ClientRun:
+    """What a client reported of one scenario, next to the truth of its own run."""
+
+    client: str
+    measured: dict[str, float | None]
+    true: dict[str, float]
+    note: str = ""
+
+
+def harness_plan(scenario: Scenario, processes: int | str) -> natural.LevelPlan:
+    return natural.LevelPlan(
         prompt="Write a story.",
         concurrency=scenario.concurrency,
         requests=scenario.requests,
@@ -301,170 +203,409 @@ def run_harness(server: PacedServer, scenario: Scenario) -> tuple[dict[str, floa
         cache_bust=True,
         extra_body={},
         request_timeout_s=120,
+        processes=natural.harness_processes(processes, scenario.concurrency, os.cpu_count()),
     )
+
+
+def harness_cpu_s() -> float:
+    """CPU of this process and of its reaped children (the harness's worker processes; the
+    server's processes are reaped only when it stops)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def run_harness(server, scenario: Scenario, processes: int | str) -> tuple[ClientRun, dict]:
+    plan = harness_plan(scenario, processes)
     endpoint = natural.Endpoint(server.base_url, MODEL)
-    cpu_before = time.process_time()
+    cpu_before, server_cpu_before = harness_cpu_s(), server.cpu_s()
     traces = natural.measure_level(endpoint, plan)
-    cpu_s = time.process_time() - cpu_before
+    cpu_s, server_cpu_s = harness_cpu_s() - cpu_before, server.cpu_s() - server_cpu_before
+    server_log = server.take_log()
     document = natural.result_document(
         config="paced", prompt_class="x", plan=plan, traces=traces, spec_decode=None
     )
     summary = document["summary"]
     assert summary["ok"] == scenario.requests, summary
     tokens = sum(r["output_tokens"] for r in document["requests"])
-    measured = {
-        "ttft_ms_p50": summary["ttft_ms_p50"],
-        "tpot_ms_p50": summary["tpot_ms_p50"],
-        "output_tok_s": summary["output_tok_s"],
-        "cpu_us_per_token": cpu_s / tokens * 1e6,
-    }
-    return measured, traces
+    measured = {key: summary[key] for key, _, _ in METRICS} | {"ttft_ms_mean": summary["ttft_ms_mean"]}
+    cpu_us_per_token = cpu_s / tokens * 1e6
+    usable_cores = min(plan.processes, os.cpu_count() or 1)
+    extra = {
+        "processes": plan.processes,
+        "cpu_us_per_token": cpu_us_per_token,
+        "ceiling_tok_s": usable_cores * 1e6 / cpu_us_per_token,
+        "server_processes": len(server.procs),
+        "server_cpu_us_per_token": server_cpu_s / tokens * 1e6,
+    } | delivery(traces, server_log)
+    note = f"{plan.processes} process{'es' if plan.processes > 1 else ''}"
+    return ClientRun("harness", measured, truth(server_log), note), extra
 
 
-def run_llama_benchy(server: PacedServer, scenario: Scenario, workdir: Path) -> dict[str, float] | None:
-    """llama-benchy's tg and TTFT of the same server (offline: local tokenizer, seeded corpus)."""
+def _run(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> str | None:
+    """Run a peer client; the reason it failed, or None."""
+    try:
+        proc = subprocess.run(
+            argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return f"no result within {CLIENT_TIMEOUT_S} s"
+    if proc.returncode != 0:
+        tail = (proc.stdout[-1500:] + proc.stderr[-1500:]).strip()
+        return f"exit {proc.returncode}: {tail}"
+    return None
+
+
+def run_benchy(server, scenario: Scenario, tools: Tools) -> ClientRun:
+    """llama-benchy's numbers: TTFT is its mean (it reports no percentiles); its tg is
+    (tokens - 1) / (last chunk - first chunk) per request, so 1000 / tg stands for TPOT."""
     from gridbench.assets.corpus import write_corpus
     from gridbench.assets.tokenizer import write_tokenizer
-    from gridbench.harness.benchy import benchy_executable, seed_corpus
+    from gridbench.harness.benchy import seed_corpus
 
-    home = workdir / "benchy-home"
-    tokenizer = workdir / "tokenizer.json"
-    corpus = workdir / "book.txt"
+    home = tools.workdir / "benchy-home"
+    tokenizer = tools.workdir / "tokenizer.json"
+    corpus = tools.workdir / "book.txt"
     if not tokenizer.exists():
         write_tokenizer(tokenizer)
         write_corpus(corpus)
     book_url = seed_corpus(corpus, home)
-    result = workdir / f"benchy-c{scenario.concurrency}.json"
-    argv = [
-        benchy_executable(),
-        "--base-url",
-        f"{server.base_url}/v1",
-        "--model",
-        MODEL,
-        "--served-model-name",
-        MODEL,
-        "--tokenizer",
-        str(tokenizer),
-        "--book-url",
-        book_url,
-        "--pp",
-        "16",
-        "--tg",
-        str(scenario.tokens),
-        "--depth",
-        "0",
-        "--runs",
-        str(max(1, scenario.requests // scenario.concurrency)),
-        "--concurrency",
-        str(scenario.concurrency),
-        "--latency-mode",
-        "none",
-        "--no-warmup",
-        "--skip-coherence",
-        "--format",
-        "json",
-        "--save-result",
-        str(result),
-    ]
+    result = tools.workdir / f"benchy-c{scenario.concurrency}.json"
+    argv = [tools.benchy, "--base-url", f"{server.base_url}/v1", "--model", MODEL]
+    argv += ["--served-model-name", MODEL, "--tokenizer", str(tokenizer), "--book-url", book_url]
+    argv += ["--pp", "16", "--tg", str(scenario.tokens), "--depth", "0"]
+    argv += ["--runs", str(max(1, scenario.requests // scenario.concurrency))]
+    argv += ["--concurrency", str(scenario.concurrency), "--latency-mode", "none", "--no-warmup"]
+    argv += ["--skip-coherence", "--format", "json", "--save-result", str(result)]
     env = {**os.environ, "HOME": str(home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0 or not result.exists():
-        print(f"llama-benchy failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-        return None
+    server.take_log()  # its calibration requests are not streamed, so not logged: a clean slate
+    failed = _run(argv, env)
+    true = truth(server.take_log()) if not failed else {}
+    if failed or not result.exists():
+        return ClientRun("llama-benchy", {}, true, failed or "no result file")
     (entry,) = [
         b for b in json.loads(result.read_text())["benchmarks"] if not b.get("is_context_prefill_phase")
     ]
+    measured = {
+        "ttft_ms_mean": entry["e2e_ttft"]["mean"],
+        "tpot_ms_p50": 1000 / entry["tg_req_throughput"]["mean"],
+    }
+    return ClientRun("llama-benchy", measured, true, "TTFT: its mean vs the true mean; TPOT: 1000/tg")
+
+
+def run_vllm(server, scenario: Scenario, tools: Tools) -> ClientRun:
+    """``vllm bench serve`` on /v1/completions, as its users run it: the random dataset (it
+    POSTs /tokenize first and realigns the prompts), every request max_tokens long."""
+    result_dir = tools.workdir / "vllm"
+    name = f"c{scenario.concurrency}.json"
+    argv = [tools.vllm, "bench", "serve", "--backend", "vllm", "--base-url", server.base_url]
+    argv += ["--endpoint", "/v1/completions", "--model", MODEL, "--tokenizer", str(tools.tokenizer_dir)]
+    argv += [
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        "16",
+        "--random-output-len",
+        str(scenario.tokens),
+    ]
+    argv += ["--ignore-eos", "--num-prompts", str(scenario.requests)]
+    argv += ["--max-concurrency", str(scenario.concurrency), "--num-warmups", "0"]
+    argv += ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99"]
+    argv += ["--save-result", "--result-dir", str(result_dir), "--result-filename", name]
+    argv += ["--disable-tqdm", "--ready-check-timeout-sec", "0", "--temperature", "0"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_TARGET_DEVICE": "cpu"}
+    server.take_log()
+    failed = _run(argv, env)
+    true = truth(server.take_log()) if not failed else {}
+    if failed:
+        return ClientRun("vllm bench serve", {}, true, failed)
+    result = json.loads((result_dir / name).read_text())
+    measured = {
+        "ttft_ms_p50": result["median_ttft_ms"],
+        "ttft_ms_p99": result["p99_ttft_ms"],
+        "ttft_ms_mean": result["mean_ttft_ms"],
+        "tpot_ms_p50": result["median_tpot_ms"],
+        "output_tok_s": result["output_throughput"],
+    }
+    return ClientRun("vllm bench serve", measured, true)
+
+
+def run_aiperf(server, scenario: Scenario, tools: Tools) -> ClientRun:
+    """AIPerf on chat completions, streaming; its inter_token_latency is (e2e - TTFT) /
+    (tokens - 1) per request, i.e. TPOT."""
+    artifacts = tools.workdir / f"aiperf-c{scenario.concurrency}"
+    argv = [tools.aiperf, "profile", "--model", MODEL, "--url", server.base_url]
+    argv += ["--endpoint-type", "chat", "--streaming", "--tokenizer", str(tools.tokenizer_dir)]
+    argv += ["--concurrency", str(scenario.concurrency), "--request-count", str(scenario.requests)]
+    argv += ["--synthetic-input-tokens-mean", "16", "--output-tokens-mean", str(scenario.tokens)]
+    # the server's token count: AIPerf would otherwise count the text's tokens with its own
+    # tokenizer, and its TPOT would divide by them
+    argv += ["--output-tokens-stddev", "0", "--use-server-token-count"]
+    argv += ["--extra-inputs", "ignore_eos:true", "--ui-type", "none"]
+    argv += ["--artifact-dir", str(artifacts), "--no-server-metrics", "--no-gpu-telemetry"]
+    # not HF_HUB_OFFLINE: offline, AIPerf takes a local tokenizer folder for a hub repo id
+    server.take_log()
+    failed = _run(argv, cwd=tools.workdir)
+    true = truth(server.take_log()) if not failed else {}
+    exports = sorted(artifacts.rglob("profile_export_aiperf.json"))
+    if failed or not exports:
+        return ClientRun("AIPerf", {}, true, failed or "no profile_export_aiperf.json")
+    metrics = json.loads(exports[-1].read_text())
+
+    def stat(metric: str, name: str) -> float | None:
+        return (metrics.get(metric) or {}).get(name)
+
+    measured = {
+        "ttft_ms_p50": stat("time_to_first_token", "p50"),
+        "ttft_ms_p99": stat("time_to_first_token", "p99"),
+        "ttft_ms_mean": stat("time_to_first_token", "avg"),
+        "tpot_ms_p50": stat("inter_token_latency", "p50"),
+        "output_tok_s": stat("output_token_throughput", "avg"),
+    }
+    return ClientRun("AIPerf", measured, true)
+
+
+def run_guidellm(server, scenario: Scenario, tools: Tools) -> ClientRun:
+    """GuideLLM's concurrent profile on chat completions; its inter-token latency is
+    (e2e - TTFT) / (tokens - 1) per request, our TPOT (its own TPOT divides e2e by tokens)."""
+    out = tools.workdir / f"guidellm-c{scenario.concurrency}.json"
+    data = f"prompt_tokens=16,output_tokens={scenario.tokens}"
+    argv = [tools.guidellm, "run", "--backend", f"kind=openai_http,target={server.base_url},model={MODEL}"]
+    argv += ["--profile", f"kind=concurrent,streams={scenario.concurrency}"]
+    argv += ["--constraint", f"kind=max_requests,count={scenario.requests}"]
+    argv += ["--tokenizer", f"kind=huggingface_auto,model={tools.tokenizer_dir}"]
+    argv += ["--data", f"kind=synthetic_text,{data}", "--output", f"kind=json,path={out}"]
+    argv += ["--disable-console-interactive"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    server.take_log()
+    failed = _run(argv, env, cwd=tools.workdir)
+    true = truth(server.take_log()) if not failed else {}
+    if failed or not out.exists():
+        return ClientRun("GuideLLM", {}, true, failed or "no result file")
+    (benchmark,) = json.loads(out.read_text())["benchmarks"]
+    metrics = benchmark["metrics"]
+
+    def stat(metric: str, name: str) -> float | None:
+        successful = (metrics.get(metric) or {}).get("successful") or {}
+        if name in ("p50", "p99"):
+            return (successful.get("percentiles") or {}).get(name)
+        return successful.get(name)
+
+    measured = {
+        "ttft_ms_p50": stat("time_to_first_token_ms", "p50"),
+        "ttft_ms_p99": stat("time_to_first_token_ms", "p99"),
+        "ttft_ms_mean": stat("time_to_first_token_ms", "mean"),
+        "tpot_ms_p50": stat("inter_token_latency_ms", "p50"),  # its TPOT counts the first token
+        "output_tok_s": stat("output_tokens_per_second", "mean"),
+    }
+    return ClientRun("GuideLLM", measured, true)
+
+
+PEERS: dict[str, tuple[str, Callable[..., ClientRun]]] = {
+    "benchy": ("llama-benchy", run_benchy),
+    "vllm": ("vllm bench serve", run_vllm),
+    "aiperf": ("AIPerf", run_aiperf),
+    "guidellm": ("GuideLLM", run_guidellm),
+}
+
+
+# --- the report ----------------------------------------------------------------------------
+
+
+def error(measured: float | None, true: float | None) -> float | None:
+    """measured / true - 1, or None where the client reports no such figure."""
+    return measured / true - 1 if measured is not None and true else None
+
+
+def print_scenario(out: Report, scenario: Scenario, runs: list[ClientRun], extra: dict | None) -> None:
+    out(
+        f"\n== c={scenario.concurrency}: {scenario.requests} requests x {scenario.tokens} tokens, "
+        f"TTFT {scenario.ttft_ms:g} ms, gap {scenario.gap_ms:g} ms "
+        f"(nominal aggregate {scenario.nominal_tok_s:,.0f} tok/s)"
+    )
+    harness = next((r for r in runs if r.client == "harness"), None)
+    if harness:
+        true = harness.true
+        late = f"p50 {true['late_p50_ms']:.3f} ms, max {true['late_max_ms']:.3f} ms"
+        stamped = f"{true['kernel_stamped'] * 100:.0f} % of arrivals dated by the kernel"
+        out(f"   server lateness vs its schedule: {late}; {stamped}")
+        out(f"   {'metric':<20}{'true':>12}{'harness':>12}{'error':>9}")
+        for key, label, spec in METRICS:
+            t, m = true[key], harness.measured[key]
+            out(f"   {label:<20}{t:>12{spec}}{m:>12{spec}}{error(m, t) * 100:>8.2f}%")
+    if extra:
+        cores = min(extra["processes"], os.cpu_count() or 1)
+        out(
+            f"   harness: {extra['processes']} process(es), CPU {extra['cpu_us_per_token']:.1f} µs per "
+            f"token, ceiling ~{extra['ceiling_tok_s']:,.0f} tok/s (on {cores} free core(s))"
+        )
+        out(
+            f"   paced server: {extra['server_processes']} process(es), "
+            f"CPU {extra['server_cpu_us_per_token']:.1f} µs per token"
+        )
+        out(
+            f"   delays p50: request start -> server host {extra['request_ms_p50']:.3f} ms, "
+            f"-> server's read {extra['server_read_ms_p50']:.3f} ms (in the true TTFT), "
+            f"server write -> harness timestamp: first chunk {extra['first_chunk_ms_p50']:.3f} ms "
+            f"(max {extra['first_chunk_ms_max']:.3f}), last chunk {extra['last_chunk_ms_p50']:.3f} ms"
+        )
+    out("   error of each client against the truth of its own run (measured / true - 1):")
+    header = "".join(f"{label.split(' (')[0]:>14}" for _, label, _ in METRICS)
+    out(f"   {'client':<18}{header}{'TTFT mean':>14}  note")
+    for run in runs:
+        cells = ""
+        for key in [k for k, _, _ in METRICS] + ["ttft_ms_mean"]:
+            e = error(run.measured.get(key), run.true.get(key))
+            cells += f"{e * 100:>13.2f}%" if e is not None else f"{'-':>14}"
+        note = run.note.replace("\n", " ")
+        out(f"   {run.client:<18}{cells}  {note[:300]}")
+
+
+def machine() -> dict[str, str | int | None]:
+    model = None
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        found = re.search(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), re.MULTILINE)
+        model = found.group(1).strip() if found else None
     return {
-        "tg_req_tok_s": entry["tg_req_throughput"]["mean"],
-        "tg_tok_s": entry["tg_throughput"]["mean"],
-        "e2e_ttft_ms": entry["e2e_ttft"]["mean"],
+        "cpus": os.cpu_count(),
+        "cpu_model": model or platform.processor() or None,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "host": platform.node(),
     }
 
 
-def ratio(measured: float | None, true: float | None) -> str:
-    return f"{measured / true:.4f}" if measured and true else "n/a"
+def find_tools(args, workdir: Path) -> Tools:
+    from gridbench.harness.benchy import benchy_executable
+
+    benchy = benchy_executable()
+    return Tools(
+        workdir=workdir,
+        benchy=benchy if Path(benchy).exists() or shutil.which(benchy) else None,
+        vllm=args.vllm or shutil.which("vllm"),
+        aiperf=args.aiperf or shutil.which("aiperf"),
+        guidellm=args.guidellm or shutil.which("guidellm"),
+    )
 
 
-def main() -> None:
-    if sys.argv[1:2] == ["serve"]:
-        port, control_port, ttft_ms, gap_ms, tokens = sys.argv[2:7]
-        serve(int(port), int(control_port), float(ttft_ms), float(gap_ms), int(tokens))
-        return
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small scenarios, for a smoke run")
-    parser.add_argument("--no-benchy", action="store_true", help="skip llama-benchy's measurement")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--quick", action="store_true", help="small scenarios, for a smoke run")
+    which.add_argument("--scale", action="store_true", help="c = 256 and 1024 at --scale-tok-s")
+    which.add_argument("--all", action="store_true", help="the default scenarios, then the scale ones")
+    parser.add_argument(
+        "--scale-tok-s", type=float, default=SCALE_TOK_S, help="nominal aggregate of the scale scenarios"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", help="run only the scenarios of these concurrencies"
+    )
+    parser.add_argument(
+        "--clients",
+        default=",".join(CLIENTS),
+        help=f"comma-separated, of {', '.join(CLIENTS)} (default: all; absent ones are skipped)",
+    )
+    parser.add_argument(
+        "--no-benchy", action="store_true", help="skip llama-benchy (as --clients without it)"
+    )
+    parser.add_argument(
+        "--processes",
+        "--workers",
+        default="auto",
+        help="harness processes per level: auto (natural.processes' default) or a count",
+    )
     parser.add_argument(
         "--server-processes",
         type=int,
         default=max(1, min(8, (os.cpu_count() or 2) // 2)),
         help="paced server processes sharing the port (default: half the CPUs, at most 8)",
     )
+    parser.add_argument("--vllm", help="the vllm executable (default: vllm on PATH)")
+    parser.add_argument("--aiperf", help="the aiperf executable (default: aiperf on PATH)")
+    parser.add_argument("--guidellm", help="the guidellm executable (default: guidellm on PATH)")
+    parser.add_argument(
+        "--save", action="store_true", help="write the text and a JSON under benchmarks/results/"
+    )
     args = parser.parse_args()
+    args.processes = args.processes if args.processes == "auto" else int(args.processes)
+    args.clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    if args.no_benchy:
+        args.clients = [c for c in args.clients if c != "benchy"]
+    unknown = [c for c in args.clients if c not in CLIENTS]
+    if unknown:
+        parser.error(f"--clients: unknown {', '.join(unknown)}; allowed values: {', '.join(CLIENTS)}")
+    return args
+
+
+def scenarios(args) -> list[Scenario]:
+    scale = [s.at_tok_s(args.scale_tok_s) for s in SCALE]
+    chosen = QUICK if args.quick else scale if args.scale else SCENARIOS + scale if args.all else SCENARIOS
+    if args.concurrency:
+        chosen = [s for s in chosen if s.concurrency in args.concurrency]
+    return chosen
+
+
+def main() -> None:
+    args = parse_args()
     logging.basicConfig(level=logging.WARNING)
-    print(
-        f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start; "
-        f"{args.server_processes} paced server processes, the harness in this one"
+    out = Report()
+    host = machine()
+    started = datetime.now(UTC)
+    out(
+        f"host: {host['cpus']} CPUs ({host['cpu_model']}), Python {host['python']}, load average "
+        f"{os.getloadavg()[0]:.1f} at start; {args.server_processes} paced server processes"
     )
     rows = []
     with tempfile.TemporaryDirectory(prefix="fidelity-") as tmp:
-        for scenario in QUICK if args.quick else SCENARIOS:
-            server = PacedServer(scenario, args.server_processes)
-            try:
-                measured, traces = run_harness(server, scenario)
-                server_log = server.take_log()
-                true = truth(server_log)
-                measured |= delivery(traces, server_log)
-                benchy = None if args.no_benchy else run_llama_benchy(server, scenario, Path(tmp))
-                benchy_truth = truth(server.take_log()) if benchy else None
-            finally:
-                server.stop()
-            rows.append((scenario, measured, true, benchy, benchy_truth))
-            print_scenario(scenario, measured, true, benchy, benchy_truth)
+        tools = find_tools(args, Path(tmp))
+        for client in args.clients:
+            if client != "harness" and getattr(tools, client) is None:
+                where = (
+                    "beside this Python or on PATH" if client == "benchy" else f"on PATH or --{client} PATH"
+                )
+                out(f"{PEERS[client][0]}: not installed here ({where}), skipped")
+        for scenario in scenarios(args):
+            runs, extra = [], None
+            with paced_server.PacedServer(
+                scenario.ttft_ms, scenario.gap_ms, scenario.tokens, args.server_processes
+            ) as server:
+                if "harness" in args.clients:
+                    run, extra = run_harness(server, scenario, args.processes)
+                    runs.append(run)
+                for client in args.clients:
+                    if client != "harness" and getattr(tools, client) is not None:
+                        runs.append(PEERS[client][1](server, scenario, tools))
+            print_scenario(out, scenario, runs, extra)
+            rows.append(
+                {"scenario": asdict(scenario), "harness": extra, "clients": [asdict(r) for r in runs]}
+            )
     load = os.getloadavg()[0]
-    print(f"\nload average {load:.1f} at the end (on a shared host other work competes for the CPUs)")
-    worst = max(
-        abs(m[k] / t[k] - 1) for _, m, t, _, _ in rows for k in ("ttft_ms_p50", "tpot_ms_p50", "output_tok_s")
-    )
-    print(f"worst |measured/true - 1| of the harness: {worst * 100:.2f} % (target 1 %)")
-
-
-def print_scenario(scenario, measured, true, benchy, benchy_truth) -> None:
-    print(
-        f"\n== c={scenario.concurrency}: {scenario.requests} requests x {scenario.tokens} tokens, "
-        f"TTFT {scenario.ttft_ms:g} ms, gap {scenario.gap_ms:g} ms "
-        f"(nominal aggregate {scenario.nominal_tok_s:,.0f} tok/s)"
-    )
-    late = f"p50 {true['late_p50_ms']:.3f} ms, max {true['late_max_ms']:.3f} ms"
-    print(f"   server lateness vs its schedule: {late}")
-    print(f"   {'metric':<22}{'true':>12}{'harness':>12}{'ratio':>9}")
-    for key, label, spec in (
-        ("ttft_ms_p50", "TTFT p50 (ms)", ".3f"),
-        ("tpot_ms_p50", "TPOT p50 (ms)", ".3f"),
-        ("output_tok_s", "aggregate (tok/s)", ",.1f"),
+    out(f"\nload average {load:.1f} at the end (on a shared host other work competes for the CPUs)")
+    harness = [run for row in rows for run in row["clients"] if run["client"] == "harness"]
+    for keys, what in (
+        (("ttft_ms_p50", "tpot_ms_p50", "output_tok_s"), "TTFT p50, TPOT p50, tok/s"),
+        ([key for key, _, _ in METRICS], "and TTFT p99"),
     ):
-        t, m = true[key], measured[key]
-        print(f"   {label:<22}{t:>12{spec}}{m:>12{spec}}{ratio(m, t):>9}")
-    print(f"   harness CPU time per token: {measured['cpu_us_per_token']:.1f} µs")
-    print(
-        f"   delays p50: request start -> server host {measured['request_ms_p50']:.3f} ms, "
-        f"-> server's read {measured['server_read_ms_p50']:.3f} ms (in the true TTFT), "
-        f"server write -> harness timestamp: first chunk {measured['first_chunk_ms_p50']:.3f} ms "
-        f"(max {measured['first_chunk_ms_max']:.3f}), last chunk {measured['last_chunk_ms_p50']:.3f} ms"
-    )
-    if benchy:
-        decode_true = 1000 / benchy_truth["tpot_ms_p50"]
-        decode_harness = 1000 / measured["tpot_ms_p50"]
-        print(
-            f"   decode tok/s per request: true {decode_true:.2f} (llama-benchy's run), "
-            f"llama-benchy tg {benchy['tg_req_tok_s']:.2f} ({ratio(benchy['tg_req_tok_s'], decode_true)}); "
-            f"true {1000 / true['tpot_ms_p50']:.2f} (harness run), harness 1/TPOT {decode_harness:.2f} "
-            f"({ratio(decode_harness, 1000 / true['tpot_ms_p50'])})"
-        )
-        ttft, ttft_true = benchy["e2e_ttft_ms"], benchy_truth["ttft_ms_p50"]
-        print(
-            f"   llama-benchy TTFT mean {ttft:.3f} ms vs true p50 {ttft_true:.3f} "
-            f"({ratio(ttft, ttft_true)}); its batch tg {benchy['tg_tok_s']:,.1f} tok/s"
-        )
+        errors = [abs(error(run["measured"][key], run["true"][key])) for run in harness for key in keys]
+        if errors:
+            out(f"worst |measured/true - 1| of the harness ({what}): {max(errors) * 100:.2f} % (target 1 %)")
+    if args.save:
+        save(out, host, started, args, rows)
+
+
+def save(out: Report, host: dict, started: datetime, args, rows: list[dict]) -> None:
+    RESULTS.mkdir(exist_ok=True)
+    stem = f"harness_fidelity-{host['cpus']}cpu-{started:%Y%m%dT%H%M%SZ}"
+    document = {
+        "machine": host,
+        "started_at": started.isoformat(timespec="seconds"),
+        "argv": sys.argv[1:],
+        "server_processes": args.server_processes,
+        "scenarios": rows,
+    }
+    (RESULTS / f"{stem}.json").write_text(json.dumps(document, indent=1) + "\n")
+    (RESULTS / f"{stem}.txt").write_text("\n".join(out.lines) + "\n")
+    print(f"saved {RESULTS / stem}.txt and .json")
 
 
 if __name__ == "__main__":

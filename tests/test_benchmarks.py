@@ -30,7 +30,7 @@ def test_benchmark_script_loads(script, monkeypatch):
 
 def test_paced_server_dates_a_request_when_the_kernel_received_it(monkeypatch):
     """The fidelity benchmark's truth: a request read late is dated when it arrived."""
-    fidelity = load(REPO / "benchmarks/harness_fidelity.py", monkeypatch)
+    fidelity = load(REPO / "benchmarks/paced_server.py", monkeypatch)
     with fidelity.listening_socket(0, reuse_port=True) as listener:
         listener.setblocking(True)  # this test reads synchronously
         with socket.create_connection(listener.getsockname()) as client:
@@ -55,3 +55,36 @@ def test_paced_server_dates_a_request_when_the_kernel_received_it(monkeypatch):
                 arrival = fidelity.kernel_arrival_ns(ancdata)
     assert arrival is not None
     assert sent <= arrival < sent + 10_000_000 and read - arrival >= 50_000_000
+
+
+def test_paced_server_speaks_enough_http_and_vllm_for_peer_clients(monkeypatch):
+    """Kept-alive connections, a chunked request body, /tokenize and /detokenize that invert
+    each other, and a completions stream in chunks whose last token carries the finish reason."""
+    import http.client
+    import json
+
+    paced = load(REPO / "benchmarks/paced_server.py", monkeypatch)
+    body = b"4\r\nabcd\r\n2;x=y\r\nef\r\n0\r\n\r\n"
+    assert paced.chunked_body(body + b"NEXT") == (b"abcdef", len(body))  # the next request stays
+    assert paced.chunked_body(b"4\r\nabcd\r\n0\r\n") is None  # the last chunk's blank line is missing
+    with paced.PacedServer(ttft_ms=5, gap_ms=1, tokens=4, processes=1) as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        conn.request("GET", "/v1/models")
+        assert json.loads(conn.getresponse().read())["data"][0]["root"] == "paced"
+        body = json.dumps({"model": "paced", "prompt": "héllo", "add_special_tokens": False}).encode()
+        conn.request("POST", "/tokenize", body=iter([body[:9], body[9:]]), encode_chunked=True)
+        tokens = json.loads(conn.getresponse().read())["tokens"]  # same connection, chunked body
+        conn.request("POST", "/detokenize", body=json.dumps({"tokens": tokens}))
+        assert json.loads(conn.getresponse().read())["prompt"] == "héllo"
+        stream = {"prompt": "[bench-7] x", "max_tokens": 3, "stream": True}
+        conn.request("POST", "/v1/completions", body=json.dumps(stream))
+        response = conn.getresponse()
+        assert response.getheader("Transfer-Encoding") == "chunked"
+        events = [line[6:] for line in response.read().decode().splitlines() if line.startswith("data: ")]
+        conn.request("GET", "/health")  # the connection is still usable after a stream
+        assert conn.getresponse().status == 200
+        (logged,) = server.take_log()
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert [c["choices"][0]["finish_reason"] for c in chunks[:3]] == [None, None, "length"]
+    assert chunks[3]["usage"]["completion_tokens"] == 3 and events[-1] == "[DONE]"
+    assert logged["prompt"].startswith("[bench-7]") and logged["tokens"] == 3 and logged["stamped"]

@@ -93,6 +93,24 @@ def test_cell_on_llamacpp_counts_what_the_engine_generated(workdir):
     assert provenance["spec_decode"] is None and provenance["fingerprint"] == cfg.fingerprint()
 
 
+def test_cell_across_two_harness_processes_writes_the_same_records(workdir):
+    """natural.processes = 2 on a real engine: the cell's file has every request once, in
+    index order, each one's figures from the engine's own stream; only the provenance says."""
+    grid = demo_grid(
+        {"prompt_classes": ["code"], "concurrency": [2], "requests": 4, "max_tokens": 8, "warmup": 1}
+        | {"processes": 2}
+    )
+    rc, out = run_natural_cell(grid, "D_f16_n0", "code", 2)
+    assert rc == 0, Path("results/failures/natural/D_f16_n0/code_c2.json").read_text()
+    result = json.loads(out.read_text())
+    requests = result["requests"]
+    assert [r["index"] for r in requests] == list(range(4)) and all(r["status"] == "ok" for r in requests)
+    assert all(0 < r["ttft_ms"] <= r["e2e_ms"] and 1 <= r["output_tokens"] <= 8 for r in requests)
+    assert result["summary"] == summarize(requests) and "processes" not in result["settings"]
+    provenance = json.loads(out.with_suffix(".provenance.json").read_text())
+    assert provenance["bench"]["harness_processes"] == 2
+
+
 def _sample(text: str, name: str) -> float:
     return next(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " "))
 

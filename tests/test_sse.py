@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gridbench.harness.sse import SSEEvent, SSEParser, StreamChunk, parse_chunk
+from gridbench.harness.sse import SSEEvent, SSEParser, StreamChunk, parse_chunk, plain_delta_has_text
 
 VLLM_STREAM = (
     b'data: {"id":"c1","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
@@ -39,6 +39,8 @@ def test_every_cut_of_a_stream_gives_the_same_events(line_end):
     assert json.loads(expected[2].data)["choices"][0]["delta"]["content"] == "Café ☕"
     for chunks in splits(data):
         assert parse_all(chunks) == expected
+    one_event_each = [event + line_end * 2 for event in data.split(line_end * 2) if event]
+    assert parse_all(one_event_each) == expected  # the usual reads: one whole event each
 
 
 @pytest.mark.parametrize(
@@ -127,3 +129,43 @@ def test_edge_cases(stream, events):
 )
 def test_parse_chunk(data, event, chunk):
     assert parse_chunk(SSEEvent(event, data)) == chunk
+
+
+PLAIN_DELTA_CASES = [
+    # vLLM's and llama.cpp's token chunks, with and without spaces after the colons
+    '{"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
+    '"choices":[{"index":0,"delta":{"content":" t1"},"logprobs":null,"finish_reason":null}]}',
+    '{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"x"}}],"created":1,"id":"c",'
+    '"model":"m","object":"chat.completion.chunk","timings":{"predicted_n":3}}',
+    '{"choices": [{"delta": {"content": "spaced"}, "finish_reason": null}]}',
+    '{"choices":[{"delta":{"content":"\\"quoted\\" \\\\"}}]}',
+    '{"choices":[{"delta":{"content":"says \\"usage\\": none"}}]}',
+    '{"choices":[{"delta":{"role":"assistant","content":""}}]}',
+    '{"choices":[{"delta":{"role":"assistant","content":null}}]}',
+    '{"choices":[{"delta":{"reasoning_content":"hmm"}}]}',
+    '{"choices":[{"delta":{"content":"","reasoning":"so"}}]}',
+    '{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"{\\"content\\":\\"x\\"}"}}]}}]}',
+    '{"choices":[{"delta":{"content":"usage"}}]}',  # a token that names a marker: full parse
+    '{"choices":[{"delta":{"content":"a"},"finish_reason":"stop"}]}',
+    '{"choices":[{"delta":{"content":"a"}}],"usage":{"completion_tokens":4}}',
+    '{"choices":[],"usage":{"completion_tokens":4}}',
+    '{"error":{"message":"boom"},"choices":[{"delta":{"content":"a"}}]}',
+    "[DONE]",
+    "garbage {",
+]
+
+
+@pytest.mark.parametrize("data", PLAIN_DELTA_CASES)
+@pytest.mark.parametrize("event", [None, "error"])
+def test_the_plain_delta_shortcut_agrees_with_the_full_parse(data, event):
+    """Where it answers, the shortcut says what parse_chunk says and there is nothing else
+    in the event (no finish reason, usage, error or end marker); else it defers."""
+    plain = plain_delta_has_text(SSEEvent(event, data))
+    full = parse_chunk(SSEEvent(event, data))
+    if plain is not None:
+        assert full == StreamChunk(text=full.text) and plain == full.has_text
+
+
+def test_the_plain_delta_shortcut_answers_for_token_chunks():
+    answered = [plain_delta_has_text(SSEEvent(None, data)) for data in PLAIN_DELTA_CASES[:10]]
+    assert answered == [True, True, True, True, True, False, False, True, True, False]

@@ -41,7 +41,7 @@ from gridbench.errors import (
 from gridbench.files import atomic_write_bytes, atomic_write_json, atomic_write_text
 from gridbench.grid import BenchySettings, Grid, ServingConfig
 from gridbench.harness import benchy
-from gridbench.harness.prompts import NaturalSettings, resolve_prompts
+from gridbench.harness.prompts import AUTO_PROCESSES, NaturalSettings, resolve_prompts
 from gridbench.spec_metrics import acceptance, parse_spec_counters
 
 log = logging.getLogger(__name__)
@@ -215,6 +215,10 @@ def write_context(grid: Grid, config: str, slots: list[str], kind: str) -> Path:
     else:
         prompts = resolve_prompts(NaturalSettings.from_dict(grid.natural))
         context["natural"] = {**grid.natural, "prompts": prompts}
+        if context["natural"]["processes"] == AUTO_PROCESSES:
+            # it changes how many requests fit, not what a cell measures: the default keeps
+            # the contexts (the cells' params) of studies measured before the key existed
+            del context["natural"]["processes"]
     text = json.dumps(context, sort_keys=True, separators=(",", ":"))
     path = CONTEXT_DIR / f"{config}-{kind}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
     if not path.exists():
@@ -566,6 +570,7 @@ def measure_natural(spec: NaturalCell, engine: EngineLease, scratch: Path) -> Me
                 "started_at": started_at,
                 "finished_at": now_iso(),
                 "wall_s": round(wall_s, 3),
+                "harness_processes": plan.processes,
                 "warmup": natural.warmup_record(warmups),
             },
             "prefix_cache_reset": cache_reset,

@@ -8,6 +8,17 @@ never dropped. benchmarks/harness_fidelity.py measures how exact this is.
 
 llama.cpp's server closes the connection after each streamed response, so every request
 opens its own connection (``force_close``): a reused kept-alive connection would race it.
+
+One asyncio loop costs some µs of CPU per streamed token, so a level with many requests in
+flight runs across several processes, one loop each (``LevelPlan.processes``). The level's
+``concurrency`` is then split into fixed slots per process, and every slot, when free, takes
+the next request from one shared counter: exactly ``concurrency`` requests are in flight
+until the requests run out, and they are issued in index order as slots free up, as the
+single loop's FIFO semaphore issues them. (Dealing each process its requests up front
+would leave a process's slots idle while another still has requests queued.) The processes
+read the same clock (``perf_counter_ns`` is CLOCK_MONOTONIC on Linux, system-wide), send
+each finished request back as it ends, and the level's traces are merged by index: the
+records are the ones a single loop writes.
 """
 
 from __future__ import annotations
@@ -15,6 +26,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import multiprocessing
+import os
+import queue
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -25,8 +39,8 @@ from typing import Any
 import aiohttp
 
 from gridbench.harness import stats
-from gridbench.harness.prompts import NaturalSettings
-from gridbench.harness.sse import SSEParser, parse_chunk
+from gridbench.harness.prompts import AUTO_PROCESSES, NaturalSettings
+from gridbench.harness.sse import SSEParser, parse_chunk, plain_delta_has_text
 from gridbench.harness.stats import ERRORED, INCOMPLETE, OK, RequestTrace
 
 log = logging.getLogger(__name__)
@@ -34,7 +48,10 @@ log = logging.getLogger(__name__)
 SCHEMA = "gridbench.natural.v1"
 LOAD_GENERATOR = "gridbench-natural"
 WARMUP_MAX_TOKENS = 128  # as AEON's bench_natural.py: warm-up compiles and autotunes, no need for more
+# requests in flight one loop holds within 1 % of the truth (benchmarks/harness_fidelity.py)
+REQUESTS_PER_PROCESS = 64
 _ERROR_BODY_CHARS = 300
+_WORKER_POLL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +78,7 @@ class LevelPlan:
     cache_bust: bool
     extra_body: dict[str, Any]
     request_timeout_s: float
+    processes: int = 1  # harness processes the measured requests run across
 
     def body(self, index: int, max_tokens: int | None = None) -> dict[str, Any]:
         """Request ``index`` (warm-ups come first, so no measured request repeats one)."""
@@ -86,6 +104,16 @@ class LevelPlan:
         }
 
 
+def harness_processes(setting: int | str, concurrency: int, cpus: int | None) -> int:
+    """Processes for a level: ``natural.processes`` as set, or "auto": one loop up to
+    REQUESTS_PER_PROCESS requests in flight, one more per as many again, at most one per CPU.
+    Never more processes than requests in flight (each needs a slot)."""
+    if setting == AUTO_PROCESSES:
+        wanted = -(-concurrency // REQUESTS_PER_PROCESS)
+        return max(1, min(wanted, cpus or 1))
+    return max(1, min(int(setting), concurrency))
+
+
 def level_plan(settings: NaturalSettings, prompt: str, concurrency: int, extra_body: Mapping[str, Any]):
     return LevelPlan(
         prompt=prompt,
@@ -97,6 +125,7 @@ def level_plan(settings: NaturalSettings, prompt: str, concurrency: int, extra_b
         cache_bust=settings.cache_bust,
         extra_body={**settings.extra_body, **extra_body},
         request_timeout_s=settings.request_timeout_s,
+        processes=harness_processes(settings.processes, concurrency, os.cpu_count()),
     )
 
 
@@ -137,6 +166,11 @@ async def stream_request(
                 async for data in response.content.iter_any():
                     end_ns = time.perf_counter_ns()
                     for event in parser.feed(data):
+                        plain = plain_delta_has_text(event)
+                        if plain is not None:  # a token's chunk: only its arrival matters
+                            if plain:
+                                text_ns.append(end_ns)
+                            continue
                         chunk = parse_chunk(event)
                         if chunk.error:
                             return trace(ERRORED, f"error in stream: {chunk.error}")
@@ -250,12 +284,98 @@ def warm_up(endpoint: Endpoint, plan: LevelPlan, progress: Path | None = None) -
 
 
 def measure_level(endpoint: Endpoint, plan: LevelPlan, progress: Path | None = None) -> list[RequestTrace]:
-    """The measured requests, numbered after the warm-ups."""
-    bodies = [(plan.warmup + i, plan.body(plan.warmup + i)) for i in range(plan.requests)]
-    with progress_file(progress, "measured", len(bodies)) as on_finished:
+    """The measured requests, numbered after the warm-ups, in index order."""
+    with progress_file(progress, "measured", plan.requests) as on_finished:
+        if plan.processes > 1:
+            return run_across_processes(endpoint, plan, on_finished)
+        bodies = [(plan.warmup + i, plan.body(plan.warmup + i)) for i in range(plan.requests)]
         return asyncio.run(
             run_requests(endpoint, bodies, plan.concurrency, plan.request_timeout_s, on_finished)
         )
+
+
+def process_slots(concurrency: int, processes: int) -> list[int]:
+    """The level's ``concurrency`` as slots per process, as even as it divides."""
+    share, extra = divmod(concurrency, processes)
+    return [share + (k < extra) for k in range(processes)]
+
+
+def run_across_processes(
+    endpoint: Endpoint, plan: LevelPlan, on_finished: Callable[[RequestTrace], None]
+) -> list[RequestTrace]:
+    """The measured requests across ``plan.processes`` worker processes (the module
+    docstring says how concurrency is held); each trace comes back as its request ends."""
+    # spawn, not fork: the caller may hold threads (a fork copies their locks mid-use)
+    context = multiprocessing.get_context("spawn")
+    next_request = context.Value("q", 0)  # the shared counter, with its lock
+    finished = context.Queue()
+    go = context.Event()
+    workers = [
+        context.Process(
+            target=_worker,
+            args=(endpoint, plan, slots, next_request, finished, go),
+            name=f"gridbench-natural-{k}",
+            daemon=True,
+        )
+        for k, slots in enumerate(process_slots(plan.concurrency, plan.processes))
+    ]
+    traces: list[RequestTrace] = []
+    try:
+        for worker in workers:
+            worker.start()
+        for _ in workers:  # every loop is up before the first request goes out
+            _take(finished, workers)
+        go.set()
+        while len(traces) < plan.requests:
+            trace = _take(finished, workers)
+            traces.append(trace)
+            on_finished(trace)
+        for worker in workers:
+            worker.join()
+    finally:
+        for worker in workers:
+            if worker.is_alive():
+                worker.terminate()
+    return sorted(traces, key=lambda t: t.index)
+
+
+def _take(finished: Any, workers: list[Any]) -> Any:
+    """The next message from the workers; a worker that died makes the level fail."""
+    while True:
+        try:
+            return finished.get(timeout=_WORKER_POLL_S)
+        except queue.Empty:
+            dead = [w for w in workers if w.exitcode not in (None, 0)]
+            if dead:
+                codes = ", ".join(f"{w.name} exit {w.exitcode}" for w in dead)
+                raise RuntimeError(f"a harness process died mid-level ({codes})") from None
+
+
+def _worker(
+    endpoint: Endpoint, plan: LevelPlan, slots: int, next_request: Any, finished: Any, go: Any
+) -> None:
+    """One worker process: ``slots`` requests in flight, each slot taking the next index."""
+    finished.put("ready")
+    go.wait()
+
+    def take_index() -> int | None:
+        with next_request.get_lock():  # held for an increment: the loop does not stall
+            position = next_request.value
+            next_request.value += 1
+        return plan.warmup + position if position < plan.requests else None
+
+    async def slot(session: aiohttp.ClientSession) -> None:
+        while (index := take_index()) is not None:
+            trace = await stream_request(session, endpoint, index, plan.body(index), plan.request_timeout_s)
+            finished.put(trace)
+
+    async def run() -> None:
+        async with _session() as session:
+            await asyncio.gather(*(slot(session) for _ in range(slots)))
+
+    asyncio.run(run())
+    finished.close()
+    finished.join_thread()  # every trace is in the pipe before the process exits
 
 
 def result_document(

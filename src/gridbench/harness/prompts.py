@@ -14,6 +14,8 @@ import yaml
 
 from gridbench.errors import ConfigError
 
+AUTO_PROCESSES = "auto"  # natural.processes' default (the schema's)
+
 
 @dataclass(frozen=True)
 class NaturalSettings:
@@ -30,12 +32,14 @@ class NaturalSettings:
     extra_body: dict[str, Any]
     max_error_rate: float
     request_timeout_s: float
+    processes: int | str  # "auto" or a count (natural.harness_processes)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> NaturalSettings:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         known["prompt_classes"] = tuple(known["prompt_classes"])
         known["concurrency"] = tuple(known["concurrency"])
+        known.setdefault("processes", AUTO_PROCESSES)  # a cell's context leaves the default out
         return cls(**known)
 
 

@@ -9,9 +9,15 @@ needs from it: text, finish reason, usage, the end marker, or an error.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, NamedTuple
 
 TEXT_FIELDS = ("content", "reasoning", "reasoning_content")  # reasoning parsers stream there first
+# a text field holding a non-empty string; quotes inside JSON strings are escaped, so this
+# matches only a real key (or, harmlessly for the check below, a value that equals its name)
+_TEXT_VALUE = re.compile(r'"(?:content|reasoning|reasoning_content)" ?: ?"[^"]')
+# any of these makes an event more than "text or not": it goes to the full parse
+_NOT_PLAIN = ('"usage"', '"error"', '"finish_reason":"', '"finish_reason": "')
 
 
 class SSEEvent(NamedTuple):
@@ -36,6 +42,16 @@ class SSEParser:
         self._event: str | None = None
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if (  # the common read: one whole "data:" event, nothing pending
+            not self._buffer
+            and not self._data
+            and self._event is None
+            and chunk.startswith(b"data: ")
+            and chunk.endswith(b"\n\n")
+            and chunk.count(b"\n") == 2
+            and b"\r" not in chunk
+        ):
+            return [SSEEvent(None, chunk[6:-2].decode("utf-8", "replace"))]
         buffer = self._buffer + chunk
         held = b""
         if b"\r" in buffer:
@@ -98,6 +114,19 @@ class StreamChunk(NamedTuple):
     @property
     def has_text(self) -> bool:
         return bool(self.text)
+
+
+def plain_delta_has_text(event: SSEEvent) -> bool | None:
+    """Whether a plain delta event carries text, read without parsing its JSON; None when
+    the event is anything else (usage, finish reason, error, [DONE], another shape), which
+    ``parse_chunk`` must read. Nearly every event of a stream is a plain delta, and a JSON
+    parse per token is most of the harness's own time per token."""
+    data = event.data
+    if event.event is not None or not (data.startswith("{") and data.endswith("}")):
+        return None
+    if '"delta"' not in data or any(marker in data for marker in _NOT_PLAIN):
+        return None
+    return _TEXT_VALUE.search(data) is not None
 
 
 def parse_chunk(event: SSEEvent) -> StreamChunk:
