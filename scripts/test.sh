@@ -43,6 +43,7 @@ bash scripts/build_vllm_cpu_image.sh
 
 step "lint and format"
 ruff check src tests benchmarks
+mypy src/gridbench  # settings in pyproject.toml
 bash scripts/snakemake_lint.sh --configfile config/demo.yaml
 snakefmt --check Snakefile workflow/rules/
 
