@@ -1,0 +1,45 @@
+"""Behaviour on fixed raw sets: each committed study's dataset, natural dataset and report are
+exactly what `gridbench finalize` builds from that study's raw files today.
+
+The raw files are real measurements (the H200 studies) that no refactoring may reinterpret: a
+change that alters a derived value, a column or a line of the report fails here. A deliberate
+change re-renders the studies (`gridbench finalize --grid grid.json --outdir .` in each study's
+folder) and is reviewed in the diff.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gridbench import layout
+from gridbench.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+STUDIES = sorted(path.parent for path in (REPO / "studies").glob("*/grid.json"))
+# the text outputs: the parquet files and graphs are binary renderings of the same frames
+OUTPUTS = (layout.DATASET_CSV, layout.DATASET_JSON, layout.NATURAL_CSV, layout.REPORT)
+
+
+def test_every_committed_study_is_covered():
+    assert {study.name for study in STUDIES} >= {"h200-llamacpp", "h200-vllm"}
+
+
+@pytest.mark.parametrize("study", STUDIES, ids=lambda path: path.name)
+def test_a_study_rebuilds_from_its_raw_files_unchanged(study, tmp_path, monkeypatch):
+    shutil.copytree(study / "results", tmp_path / "results")
+    shutil.copy(study / "grid.json", tmp_path / "grid.json")
+    monkeypatch.chdir(tmp_path)
+    assert main(["finalize", "--grid", "grid.json", "--outdir", "."]) == 0
+    changed = [
+        str(name)
+        for name in OUTPUTS
+        if (study / name).exists() and (tmp_path / name).read_text() != (study / name).read_text()
+    ]
+    assert not changed, (
+        f"{study.name}: {', '.join(changed)} no longer what its raw files give; if the change is "
+        f"deliberate, re-render the study (gridbench finalize --grid grid.json --outdir . in {study})"
+    )
+    assert (study / layout.DATASET_CSV).exists() and (study / layout.REPORT).exists()
