@@ -4,6 +4,8 @@ and what is allowed."""
 from __future__ import annotations
 
 import copy
+import csv
+import json
 import sys
 from pathlib import Path
 
@@ -197,3 +199,53 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     stderr = proc.stderr.read()
     assert proc.wait(timeout=60) == 141, stderr
     assert "Traceback" not in stderr, stderr
+
+
+# A grid file as a person writes it: only the required keys, no defaults filled in.
+HAND_WRITTEN = {
+    "engines": {"llamacpp": {"kind": "llamacpp", "runtime": "process", "command": ["llama-server"]}},
+    "checkpoints": {"q8": {"model": "m.gguf", "quantization": "Q8_0"}},
+    "speculations": {"none": {"method": "none"}},
+    "configs": {"Q8": {"engine": "llamacpp", "checkpoint": "q8", "speculation": "none"}},
+    "depths": [0, 512],
+}
+
+
+def test_a_hand_written_grid_file_works_where_the_workflow_s_does(tmp_path):
+    """`--grid` files are what the rules write, but one written by hand (no defaults) goes
+    through the same loader: the schema fills its defaults instead of a KeyError."""
+    (tmp_path / "grid.json").write_text(json.dumps(HAND_WRITTEN))
+    result = gridbench(
+        "dataset", "--grid", "grid.json", "--csv", "d.csv", "--json", "d.json", "--parquet", "d.parquet",
+        cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    rows = list(csv.DictReader((tmp_path / "d.csv").open()))  # no cell ran: each row says so
+    assert [(row["config"], row["context_tokens"], row["status"]) for row in rows] == [
+        ("Q8", "0", "failed"),
+        ("Q8", "512", "failed"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        (json.dumps({**HAND_WRITTEN, "depths": "0,512"}), "key depths: '0,512' is not of type 'array'"),
+        (
+            json.dumps({k: v for k, v in HAND_WRITTEN.items() if k != "engines"}),
+            "'engines' is a required property",
+        ),
+        ("{not json", "grid.json is not JSON"),
+        ("[1, 2]", "grid.json must hold a JSON object"),
+    ],
+    ids=["wrong type", "missing section", "not JSON", "not an object"],
+)
+def test_a_broken_grid_file_is_one_clear_error(tmp_path, text, expected):
+    (tmp_path / "grid.json").write_text(text)
+    result = gridbench(
+        "report", "--grid", "grid.json", "--dataset", "d.csv", "--out", "r.md", cwd=tmp_path, check=False
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("gridbench: error: ") and expected in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr

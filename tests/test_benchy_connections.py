@@ -17,7 +17,7 @@ import pytest
 from conftest import REPO, free_port, load_yaml
 from gridbench.engines.kinds import KINDS
 from gridbench.engines.manager import SlotManager
-from gridbench.grid import Grid, validate_config
+from gridbench.grid import load_study
 from gridbench.harness import benchy
 
 pytestmark = pytest.mark.integration
@@ -53,8 +53,7 @@ POOLED_CLIENT = textwrap.dedent(
 def engine(workdir):
     config = load_yaml(REPO / "config/demo.yaml")
     config["engines"]["llamacpp"]["port"] = free_port()
-    validate_config(config, "demo.yaml")
-    grid = Grid.from_config(config, "demo.yaml")
+    grid = load_study(config, "demo.yaml")
     cfg = grid.configs["D_f16_n0"]
     manager = SlotManager(["cpu"])
     with manager.lease(cfg) as lease:

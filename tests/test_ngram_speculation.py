@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO, free_port, load_yaml
 from gridbench.engines import probe
 from gridbench.engines.manager import SlotManager
-from gridbench.grid import Grid, validate_config
+from gridbench.grid import load_study
 from gridbench.spec_metrics import acceptance, parse_spec_counters
 
 pytestmark = pytest.mark.integration
@@ -51,9 +51,8 @@ def test_ngram_types_draft_with_their_own_length(workdir, method, extra_args, dr
         "extra_args": extra_args,
     }
     config["configs"]["D_f16_ngram"] = {"engine": "llamacpp", "checkpoint": "f16", "speculation": "ngram"}
-    validate_config(config, "demo.yaml")
     manager = SlotManager(["cpu"])
-    with manager.lease(Grid.from_config(config, "demo.yaml").configs["D_f16_ngram"]) as engine:
+    with manager.lease(load_study(config, "demo.yaml").configs["D_f16_ngram"]) as engine:
         assert probe.http_get(engine.base_url + "/health")[0] == 200
         before = counters(engine.base_url)
         complete(engine.base_url, "demo-f16")

@@ -26,7 +26,7 @@ from gridbench.cell import depth_cell, run_cell
 from gridbench.engines import probe
 from gridbench.engines.kinds import engine_kind
 from gridbench.engines.manager import EngineLease, SlotManager
-from gridbench.grid import Grid, load_config_files
+from gridbench.grid import Grid, load_study_files
 from gridbench.spec_metrics import acceptance, parse_spec_counters
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
@@ -58,7 +58,7 @@ def process_grid(workdir: Path, port: int) -> Grid:
         "benchy": {"corpus": str(workdir / "resources/corpus/book.txt")},
     }
     paths = [REPO / "config/ci-vllm.yaml", REPO / "config/ci-vllm-process.yaml"]
-    return load_config_files(paths, overrides)
+    return load_study_files(paths, overrides)
 
 
 @pytest.fixture(scope="module")

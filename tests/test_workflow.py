@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import errno
 import json
 import os
@@ -18,6 +19,7 @@ import pytest
 import yaml
 
 from conftest import REPO, free_port, sweep_logs, write_config
+from gridbench import layout
 from gridbench.engines.runtime import ProcessRuntime, handle_from_json
 
 pytestmark = pytest.mark.workflow
@@ -309,6 +311,26 @@ def test_a_filtered_run_leaves_the_engine_check_and_its_cells_as_they_were(
         tmp_path, "-n", "--quiet", "rules", "--configfile", "grid.yaml", "--config", "config=D_f16_n0"
     )
     assert dict(re.findall(r"^(\w+) +(\d+)$", one.stdout, re.MULTILINE))["bench_cell"] == "4"
+
+
+def test_a_grid_edited_elsewhere_keeps_a_measured_cell(tmp_path, demo_config, monkeypatch):
+    """A measured cell stays measured when the grid changes around it: a new report title, a
+    depth added, a default written out. The engine's check runs again (it reads the grid),
+    but it is a gate, not data: before, its newer file re-measured every cell of the engine."""
+    monkeypatch.chdir(tmp_path)
+    write_config(tmp_path / "grid.yaml", demo_config)
+    cell = layout.RAW.format(config="D_f16_n0", depth=0)
+    measured = snakemake(tmp_path, cell, "--configfile", "grid.yaml")
+    assert measured.returncode == 0, measured.stdout + measured.stderr + sweep_logs(tmp_path)
+    edited = copy.deepcopy(demo_config)
+    edited["study"]["title"] = "A new title"
+    edited["depths"] = sorted([*edited["depths"], 768])
+    edited["serving"]["gpu_memory_utilization"] = 0.9  # the schema's default, now written out
+    write_config(tmp_path / "edited.yaml", edited)
+    for grid in ("grid.yaml", "edited.yaml"):
+        plan = snakemake(tmp_path, cell, "-n", "--configfile", grid)
+        assert plan.returncode == 0, plan.stdout + plan.stderr
+        assert "rule bench_cell:" not in plan.stdout, (grid, plan.stdout)
 
 
 def test_the_two_gpu_h200_study_schedules_one_engine_per_gpu(tmp_path):

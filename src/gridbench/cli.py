@@ -6,7 +6,6 @@ Imports stay inside the subcommands so that a cell's start-up costs little.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -36,7 +35,7 @@ def _add_configfile(parser: argparse.ArgumentParser) -> None:
 def _load_grid(args: argparse.Namespace):
     import yaml
 
-    from gridbench.grid import load_config_files
+    from gridbench.grid import load_study_files
 
     overrides = {}
     for item in args.config:
@@ -44,7 +43,7 @@ def _load_grid(args: argparse.Namespace):
         if not sep:
             raise GridbenchError(f"--config {item}: expected KEY=VALUE")
         overrides[key] = yaml.safe_load(value) if value else ""  # `engine=` is an empty filter
-    return load_config_files(args.configfile, overrides)
+    return load_study_files(args.configfile, overrides)
 
 
 def cmd_cells(args: argparse.Namespace) -> int:
@@ -81,9 +80,8 @@ def cmd_engine_command(args: argparse.Namespace) -> int:
 def cmd_engine_check(args: argparse.Namespace) -> int:
     from gridbench.engines.preflight import check_engine
     from gridbench.files import atomic_write_json
-    from gridbench.grid import Grid
 
-    grid = Grid.from_config(json.loads(Path(args.grid).read_text()), str(args.grid))
+    grid = _grid_from_json(args.grid)
     record = check_engine(grid, args.engine)
     atomic_write_json(args.out, record)
     print(f"engine {args.engine}: ready to start ({record.get('image') or record['runtime']})")
@@ -163,14 +161,9 @@ def cmd_progress(args: argparse.Namespace) -> int:
 
 
 def _grid_from_json(path: Path):
-    from gridbench.grid import Grid
+    from gridbench.grid import load_study_json
 
-    try:
-        return Grid.from_config(json.loads(path.read_text()), str(path))
-    except FileNotFoundError as err:
-        raise GridbenchError(
-            f"grid file {path} does not exist", hint="the workflow writes it; run snakemake, not this by hand"
-        ) from err
+    return load_study_json(Path(path))
 
 
 def cmd_dataset(args: argparse.Namespace) -> int:

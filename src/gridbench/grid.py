@@ -29,14 +29,6 @@ FILTER_KEYS = {
     "speculation": "speculations",
     "config": "configs",
 }
-SERVING_DEFAULTS = {
-    "max_model_len": 4096,
-    "gpu_memory_utilization": 0.9,
-    "prefix_caching": False,
-    "chunked_prefill": True,
-    "tensor_parallel_size": 1,
-    "parallel_slots": 1,
-}
 
 
 @cache
@@ -89,17 +81,43 @@ def _explain(error) -> str:
     return error.message
 
 
-def validate_config(config: dict[str, Any], source: str) -> dict[str, Any]:
-    """Validate against the schema (filling defaults in place) and check references."""
-    errors = sorted(_validator_class()(schema()).iter_errors(config), key=lambda e: list(e.absolute_path))
+def _validate(document: dict[str, Any], source: str) -> None:
+    """Check against the schema, filling its defaults into ``document`` in place."""
+    errors = sorted(_validator_class()(schema()).iter_errors(document), key=lambda e: list(e.absolute_path))
     if errors:
         error = min(errors, key=lambda e: len(e.absolute_path))  # the outermost is the clearest
         raise ConfigError(
             f"{source}: key {_key_path(error)}: {_explain(error)}",
             hint=f"fix {_key_path(error)} in {source} (see config/README.md for every key)",
         )
-    Grid.from_config(config, source)  # references, per-kind rules and filters
-    return config
+
+
+def load_study(config: Mapping[str, Any], source: str, files: Iterable[Path] = ()) -> Grid:
+    """The one way from a config to a Grid, for the rules and the CLI alike: the config is
+    validated against the schema (the only home of its defaults, filled into a copy), its
+    references and per-kind rules checked. ``files`` are the YAML files it was merged from,
+    read again for what YAML loading lets pass (a key given twice). A hand-written config
+    either loads or fails with a ConfigError naming the key."""
+    for path in files:
+        read_config_file(path)
+    document = copy.deepcopy(dict(config))
+    _validate(document, source)
+    return Grid.from_document(document, source)
+
+
+def load_study_json(path: Path) -> Grid:
+    """A grid file: the validated config the workflow wrote (or one written by hand)."""
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError as err:
+        raise ConfigError(
+            f"grid file {path} does not exist", hint="the workflow writes it; run snakemake, not this by hand"
+        ) from err
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"grid file {path} is not JSON: {err}") from err
+    if not isinstance(document, dict):
+        raise ConfigError(f"grid file {path} must hold a JSON object")
+    return load_study(document, str(path))
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -135,17 +153,15 @@ def read_config_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_config_files(paths: Iterable[str | Path], overrides: Mapping[str, Any] | None = None):
-    """Load, merge (later files win, as Snakemake does) and validate config files."""
+def load_study_files(paths: Iterable[str | Path], overrides: Mapping[str, Any] | None = None) -> Grid:
+    """Config files merged as Snakemake merges them (later files win, then ``--config``)."""
     files = [Path(p) for p in paths]
     merged: dict[str, Any] = {}
     for path in files:
         _merge(merged, read_config_file(path))
     if overrides:
         _merge(merged, dict(overrides))
-    source = " + ".join(map(str, files)) or "config"
-    validate_config(merged, source)
-    return Grid.from_config(merged, source)
+    return load_study(merged, " + ".join(map(str, files)) or "config")
 
 
 def _merge(into: dict[str, Any], update: Mapping[str, Any]) -> None:
@@ -365,15 +381,17 @@ class Grid:
     # holds: adding a config to the pass must not rerun the cold cells
     prefix_cache_pass: tuple[str, ...] = ()
     filters: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # the validated config with its defaults filled: what the workflow writes as its grid file
+    document: dict[str, Any] = field(default_factory=dict, repr=False)
     _dicts: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], source: str = "config") -> Grid:
-        """Build from a schema-validated config (defaults filled in); checks references."""
+    def from_document(cls, config: dict[str, Any], source: str) -> Grid:
+        """Build from a schema-validated config (defaults filled in); checks references.
+        Only load_study calls this: a config that skipped the schema would fail here."""
         engines = {n: _engine(n, e) for n, e in config["engines"].items()}
         checkpoints = {n: _checkpoint(n, c) for n, c in config["checkpoints"].items()}
         speculations = {n: _speculation(n, s) for n, s in config["speculations"].items()}
-        serving_defaults = {**SERVING_DEFAULTS, **config.get("serving", {})}
         configs = {}
         for name, entry in config["configs"].items():
             for key, table in (
@@ -395,7 +413,7 @@ class Grid:
             engine = engines[entry["engine"]]
             speculation = speculations[entry["speculation"]]
             _check_speculation(source, name, engine, speculation)
-            serving = Serving(**{**serving_defaults, **entry.get("serving", {})})
+            serving = Serving(**{**config["serving"], **entry.get("serving", {})})
             checkpoint = checkpoints[entry["checkpoint"]]
             configs[name] = ServingConfig(
                 name=name,
@@ -436,6 +454,7 @@ class Grid:
             study=dict(config.get("study", {})),
             gpu_slots=tuple(map(str, config["gpu_slots"])) if config.get("gpu_slots") else None,
             prefix_cache_pass=prefix_cache_pass,
+            document=config,
         )
         if not grid.depths and grid.natural is None:
             raise ConfigError(

@@ -6,6 +6,8 @@ these constants (workflow/rules/*.smk), and the package fills them in.
 
 from __future__ import annotations
 
+# an engine's check (image, command, mounts), which gates its cells
+ENGINE_CHECK = "results/preflight/{engine}.json"
 RAW = "results/raw/{config}/depth_{depth}.json"
 PROVENANCE = "results/raw/{config}/depth_{depth}.provenance.json"
 FAILURE = "results/failures/{config}/depth_{depth}.json"

@@ -16,7 +16,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -561,9 +561,9 @@ class Follower:
                 return
 
 
-def sweep_follower(grid: Grid, settings: Mapping[str, Any], say: Callable[[str], None]) -> Follower | None:
+def sweep_follower(grid: Grid, say: Callable[[str], None]) -> Follower | None:
     """The workflow's follower, or None where the config turns it off (progress: false)."""
-    if not settings.get("progress", True):
+    if not grid.document["progress"]:
         return None
-    interval_s = float(settings["progress_interval_s"])
+    interval_s = float(grid.document["progress_interval_s"])
     return Follower(WorkdirReader(planned_cells(grid)), say, interval_s=interval_s)

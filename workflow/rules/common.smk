@@ -8,7 +8,6 @@ from pathlib import Path
 
 import psutil
 from snakemake.logging import logger
-from snakemake.utils import validate
 
 from gridbench import layout
 from gridbench.cell import write_context
@@ -16,7 +15,7 @@ from gridbench.engines.allocation import claim_sweep
 from gridbench.engines.manager import detect_gpus
 from gridbench.errors import GridbenchError
 from gridbench.files import atomic_write_text
-from gridbench.grid import Grid, read_config_file, validate_config
+from gridbench.grid import load_study
 from gridbench.plan import benchy_plan, natural_plan
 from gridbench.progress import sweep_follower
 
@@ -28,16 +27,10 @@ CONFIG_FILES = [
 ]
 CONFIG_SOURCE = " + ".join(map(str, CONFIG_FILES))
 try:
-    # gridbench's check first: one message naming the file, the key and what is allowed
-    for path in CONFIG_FILES:
-        read_config_file(
-            path
-        )  # duplicate keys, which Snakemake's YAML loading lets pass
-    validate_config(config, CONFIG_SOURCE)
-    GRID = Grid.from_config(config, CONFIG_SOURCE)
+    # the schema's check, its defaults, the references: one message naming the file and key
+    GRID = load_study(config, CONFIG_SOURCE, files=CONFIG_FILES)
 except GridbenchError as err:
     sys.exit(f"gridbench: invalid config: {err}")
-validate(config, schema="../schemas/config.schema.yaml")
 PLAN = benchy_plan(GRID)
 NATURAL_PLAN = natural_plan(GRID)
 GPU_SLOTS = list(GRID.gpu_slots or detect_gpus()) or ["cpu"]
@@ -46,7 +39,7 @@ GPU_SLOTS = list(GRID.gpu_slots or detect_gpus()) or ["cpu"]
 _DISPLAY_KEYS = ("progress", "progress_interval_s")
 # The effective grid, content-addressed, for the rules that need all of it.
 _GRID_JSON = json.dumps(
-    {k: v for k, v in config.items() if k not in _DISPLAY_KEYS}, default=str
+    {k: v for k, v in GRID.document.items() if k not in _DISPLAY_KEYS}, default=str
 )  # key order is the report order
 GRID_FILE = (
     f".gridbench/grid-{hashlib.sha256(_GRID_JSON.encode()).hexdigest()[:16]}.json"
@@ -58,7 +51,7 @@ if not Path(GRID_FILE).exists():
 # it was, so a few configs run first and the whole grid later measure each cell once.
 _FILTERS = ("engine", "checkpoint", "speculation", "config")
 _UNFILTERED_JSON = json.dumps(
-    {k: v for k, v in config.items() if k not in _FILTERS + _DISPLAY_KEYS}
+    {k: v for k, v in GRID.document.items() if k not in _FILTERS + _DISPLAY_KEYS}
     | dict.fromkeys(_FILTERS),
     default=str,
 )
@@ -163,13 +156,16 @@ def get_engine_files(wildcards):
     return list(files)
 
 
+def _engine_check(config_name):
+    """The check of the config's engine, as a gate: the check runs again whenever the grid
+    changes (it reads all of it), and its newer file must not re-measure the cells."""
+    engine = GRID.configs[config_name].engine.name
+    return ancient(layout.ENGINE_CHECK.format(engine=engine))
+
+
 def get_cell_files(wildcards):
     """The engine's preflight check and the host files the cell needs."""
-    engine = GRID.configs[wildcards.config].engine.name
-    return [
-        f"results/preflight/{engine}.json",
-        *_host_files(wildcards.config, "benchy"),
-    ]
+    return [_engine_check(wildcards.config), *_host_files(wildcards.config, "benchy")]
 
 
 _CONTEXTS = {}
@@ -190,11 +186,7 @@ def get_cell_context(wildcards):
 
 def get_natural_cell_files(wildcards):
     """As get_cell_files, with the study's prompt file instead of llama-benchy's corpus."""
-    engine = GRID.configs[wildcards.config].engine.name
-    return [
-        f"results/preflight/{engine}.json",
-        *_host_files(wildcards.config, "natural"),
-    ]
+    return [_engine_check(wildcards.config), *_host_files(wildcards.config, "natural")]
 
 
 def get_natural_cell_context(wildcards):
@@ -328,7 +320,7 @@ _PROGRESS = []
 
 def start_progress():
     """Say where the sweep stands while it runs (see gridbench.progress.Follower)."""
-    follower = sweep_follower(GRID, config, logger.info)
+    follower = sweep_follower(GRID, logger.info)
     if follower:
         follower.start()
         _PROGRESS.append(follower)

@@ -2,7 +2,7 @@ rule check_engine:
     input:
         get_engine_files,
     output:
-        "results/preflight/{engine}.json",
+        layout.ENGINE_CHECK,
     log:
         "logs/preflight/{engine}.log",
     priority: ENGINE_CHECK_PRIORITY
