@@ -38,15 +38,26 @@ _RECV_BYTES = 65536
 _MAX_HEAD_BYTES = 65536
 
 
+def realtime_offset_ns(tries: int = 5) -> int:
+    """The realtime clock minus the monotonic one. A monotonic read bracketed by two realtime
+    reads, the tightest bracket of a few: a process preempted between two plain reads (a
+    loaded machine) skewed the offset by the millisecond it waited."""
+    offsets = []
+    for _ in range(tries):
+        before = time.clock_gettime_ns(time.CLOCK_REALTIME)
+        monotonic = time.perf_counter_ns()
+        after = time.clock_gettime_ns(time.CLOCK_REALTIME)
+        offsets.append((after - before, (before + after) // 2 - monotonic))
+    return min(offsets)[1]
+
+
 def kernel_arrival_ns(ancdata) -> int | None:
     """When the kernel received the segment, on the monotonic clock; None without a stamp.
-    The stamp is on the realtime clock: both clocks are read back to back to convert it."""
+    The stamp is on the realtime clock."""
     for level, kind, data in ancdata:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
             sec, nsec = struct.unpack("qq", data[:16])
-            monotonic_now = time.perf_counter_ns()
-            realtime_now = time.clock_gettime_ns(time.CLOCK_REALTIME)
-            return monotonic_now - (realtime_now - (sec * 1_000_000_000 + nsec))
+            return sec * 1_000_000_000 + nsec - realtime_offset_ns()
     return None
 
 

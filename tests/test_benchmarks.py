@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import socket
+import struct
 import sys
 import time
 
@@ -55,6 +56,28 @@ def test_paced_server_dates_a_request_when_the_kernel_received_it(monkeypatch):
                 arrival = fidelity.kernel_arrival_ns(ancdata)
     assert arrival is not None
     assert sent <= arrival < sent + 10_000_000 and read - arrival >= 50_000_000
+
+
+def test_a_stamp_converts_to_the_monotonic_clock_also_when_the_reader_is_preempted(monkeypatch):
+    """The conversion reads both clocks; a process preempted between the two reads (5 ms here,
+    as on a loaded machine) must not move the arrival by the time it waited."""
+    paced = load(REPO / "benchmarks/paced_server.py", monkeypatch)
+    read_monotonic = time.perf_counter_ns
+    waited = []
+
+    def preempted_after_reading() -> int:
+        value = read_monotonic()
+        if not waited:
+            waited.append(True)
+            time.sleep(0.005)
+        return value
+
+    stamp_ns = time.clock_gettime_ns(time.CLOCK_REALTIME)
+    expected = read_monotonic()
+    monkeypatch.setattr(time, "perf_counter_ns", preempted_after_reading)
+    stamp = struct.pack("qq", *divmod(stamp_ns, 1_000_000_000))
+    arrival = paced.kernel_arrival_ns([(socket.SOL_SOCKET, paced.SO_TIMESTAMPNS, stamp)])
+    assert waited and abs(arrival - expected) < 1_000_000, (arrival - expected) / 1e6
 
 
 def test_paced_server_speaks_enough_http_and_vllm_for_peer_clients(monkeypatch):
