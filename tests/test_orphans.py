@@ -138,17 +138,27 @@ def test_sigkill_to_a_sweep_mid_cell_stops_its_engine_within_seconds(workdir, de
     wait_for_measuring(proc, workdir / "logs/cells/D_q8_0_n0/depth_256.log")
     handle = slot_state()["handle"]
     cells = psutil.Process(proc.pid).children()
+    # The cell is held while its engine goes, so that it is certainly mid-measurement then: a
+    # tiny model's cell ends within a second, and it did finish before its engine stopped
+    # once in a CI run.
+    held = [p for cell in cells for p in (cell, *cell.children(recursive=True))]
+    for process in held:
+        process.suspend()
     proc.send_signal(signal.SIGKILL)  # no onerror, no engine stop --all
     proc.communicate(timeout=30)
 
     took = wait_until(lambda: not engine_alive(handle), GONE_WITHIN_S, "the killed sweep's engine stopped")
     print(f"engine stopped {took:.1f} s after SIGKILL to its sweep")
+    measured = workdir / "results/raw/D_q8_0_n0/depth_256.json"
+    assert not measured.exists(), "the cell ended before it was held"
+    for process in held:
+        process.resume()
     # the cell that was measuring outlives Snakemake; without its engine it fails and ends
     psutil.wait_procs(cells, timeout=60)
     assert not [c for c in cells if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     failure = json.loads((workdir / "results/failures/D_q8_0_n0/depth_256.json").read_text())
     assert failure["config"] == "D_q8_0_n0"
-    assert not (workdir / "results/raw/D_q8_0_n0/depth_256.json").exists()
+    assert not measured.exists()
     assert [e["by"] for e in events(workdir) if e["event"] == "reclaim"] == ["watchdog"]
 
 
