@@ -21,7 +21,7 @@ from pathlib import Path
 
 from gridbench.aggregate import dataset, natural, synthetic
 from gridbench.aggregate.report import render_report
-from gridbench.grid import load_study
+from gridbench.grid import load_grid
 from gridbench.plan import benchy_plan, natural_plan
 
 TARGET_S = 5.0
@@ -54,7 +54,7 @@ def grid_config(configs: int) -> dict:
         "benchy": {"prefix_cache_pass": [f"{e}_{c}_{s}" for e, c, s in names]},
         "natural": {"prompt_classes": list(CLASSES), "concurrency": list(LEVELS)},
     }
-    return load_study(config, "benchmark grid").document
+    return load_grid(config, "benchmark grid").document
 
 
 def write_cells(plan, nplan) -> None:
@@ -137,7 +137,7 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=2000, help="depth cells, and as many natural cells")
     args = parser.parse_args()
     configs = args.cells // DEPTHS
-    grid = load_study(grid_config(configs), "benchmark grid")
+    grid = load_grid(grid_config(configs), "benchmark grid")
     plan = benchy_plan(grid)
     # as many natural cells as depth cells: the first configs' classes x levels
     natural_configs = dict(list(plan["configs"].items())[: args.cells // (len(CLASSES) * len(LEVELS))])

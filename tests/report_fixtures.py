@@ -19,7 +19,7 @@ import yaml
 from conftest import REPO
 from gridbench.aggregate import dataset, natural, synthetic
 from gridbench.files import atomic_write_json
-from gridbench.grid import load_study, load_study_files
+from gridbench.grid import load_grid, load_grid_files
 from gridbench.plan import benchy_plan, natural_plan
 
 FIXTURES = Path(__file__).parent / "fixtures/report"
@@ -74,7 +74,7 @@ def _engine(config: dict, version: str) -> dict:
 
 def seed002():
     """(grid, plan, results, failures) for every cell of seed 002."""
-    grid = load_study_files([REPO / "config/config.yaml"])
+    grid = load_grid_files([REPO / "config/config.yaml"])
     plan = benchy_plan(grid)
     results = {}
     with (FIXTURES / "seed002_cells.csv").open() as f:
@@ -106,7 +106,7 @@ def seed002():
 
 def seed000():
     """(grid, plan, results, failures, natural plan, natural results, natural failures)."""
-    grid = load_study_files([FIXTURES / "seed000.yaml"])
+    grid = load_grid_files([FIXTURES / "seed000.yaml"])
     plan = benchy_plan(grid)
     results = {}
     for cell in plan["cells"]:
@@ -181,7 +181,7 @@ SAME_WEIGHTS_STARTUP_S = {"V_bf16_n0": 185.0, "V_fp8_n0": 172.5, "L_f16_n0": 4.2
 def same_weights():
     """(grid, plan, results, failures) for same_weights.yaml: one engine start per config,
     made by its depth-0 cell and reused by the others."""
-    grid = load_study_files([FIXTURES / "same_weights.yaml"])
+    grid = load_grid_files([FIXTURES / "same_weights.yaml"])
     plan = benchy_plan(grid)
     results = {}
     for cell in plan["cells"]:
@@ -226,4 +226,4 @@ def write_files(root: Path, plan, results, failures) -> None:
 def load_config_dict(path: Path) -> dict:
     """A config file validated with its defaults filled in, as the workflow hands it to the CLI."""
     config = yaml.safe_load(Path(path).read_text())
-    return load_study(config, str(path)).document
+    return load_grid(config, str(path)).document

@@ -17,7 +17,7 @@ import pytest
 from conftest import REPO, free_port, load_yaml
 from gridbench.engines.kinds import KINDS
 from gridbench.engines.manager import SlotManager
-from gridbench.grid import load_study
+from gridbench.grid import load_grid
 from gridbench.harness import benchy
 
 pytestmark = pytest.mark.integration
@@ -53,7 +53,7 @@ POOLED_CLIENT = textwrap.dedent(
 def engine(workdir):
     config = load_yaml(REPO / "config/demo.yaml")
     config["engines"]["llamacpp"]["port"] = free_port()
-    grid = load_study(config, "demo.yaml")
+    grid = load_grid(config, "demo.yaml")
     cfg = grid.configs["D_f16_n0"]
     manager = SlotManager(["cpu"])
     with manager.lease(cfg) as lease:

@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO, free_port, load_yaml
 from gridbench.engines.manager import SlotManager
 from gridbench.errors import EngineStartError, EngineTimeoutError, ImageNotFoundError, PortInUseError
-from gridbench.grid import Grid, load_study
+from gridbench.grid import Grid, load_grid
 
 pytestmark = pytest.mark.integration
 CPU_IMAGE = "local/gridbench-llamacpp-cpu:latest"
@@ -27,7 +27,7 @@ def grid_for(runtime: str, **engine_changes) -> Grid:
             config["checkpoints"][name].update(change)
         config["speculations"]["draft4"].update(overlay["speculations"]["draft4"])
     config["engines"]["llamacpp"].update({"port": free_port(), **engine_changes})
-    return load_study(config, "demo.yaml")
+    return load_grid(config, "demo.yaml")
 
 
 @pytest.fixture(params=["process", pytest.param("docker", marks=pytest.mark.docker)])

@@ -16,7 +16,7 @@ from gridbench.cell import write_context
 from gridbench.engines.manager import SlotManager
 from gridbench.errors import SlotBusyError
 from gridbench.files import atomic_write_json
-from gridbench.grid import Grid, load_study
+from gridbench.grid import Grid, load_grid
 
 pytestmark = pytest.mark.integration
 FAULT_ENGINE = [sys.executable, str(REPO / "tests/fault_engine.py")]
@@ -25,7 +25,7 @@ FAULT_ENGINE = [sys.executable, str(REPO / "tests/fault_engine.py")]
 def one_cell_grid(config: dict, **engine_changes) -> Grid:
     config["configs"] = {"D_f16_n0": config["configs"]["D_f16_n0"]}
     config["engines"]["llamacpp"].update(engine_changes)
-    return load_study(config, "test.yaml")
+    return load_grid(config, "test.yaml")
 
 
 def run_cell(grid: Grid, depth: int = 0, timeout: float = 300):

@@ -14,7 +14,7 @@ from conftest import REPO, free_port, load_yaml
 from gridbench.assets import gguf_model
 from gridbench.assets.gguf_model import ModelShape, active_weight_bytes, vocab, write_random_llama_gguf
 from gridbench.engines.manager import SlotManager
-from gridbench.grid import load_study
+from gridbench.grid import load_grid
 
 GQA = ModelShape(n_embd=256, n_layer=3, n_ff=512, head_dim=64, n_head_kv=2)
 
@@ -76,7 +76,7 @@ def test_llama_cpp_serves_a_grouped_query_model_to_the_last_token(workdir):
     config["engines"]["llamacpp"]["port"] = free_port()
     config["checkpoints"]["f16"].update(model="gqa.gguf", files=["gqa.gguf"])
     manager = SlotManager(["cpu"])
-    with manager.lease(load_study(config, "demo.yaml").configs["D_f16_n0"]) as engine:
+    with manager.lease(load_grid(config, "demo.yaml").configs["D_f16_n0"]) as engine:
         body = {"model": "demo-f16", "prompt": "the history of the", "max_tokens": 24, "temperature": 0}
         request = urllib.request.Request(
             engine.base_url + "/v1/completions",

@@ -10,7 +10,7 @@ import yaml
 from conftest import REPO, load_yaml
 from gridbench.aggregate import dataset
 from gridbench.errors import ConfigError
-from gridbench.grid import Grid, load_study, load_study_files
+from gridbench.grid import Grid, load_grid, load_grid_files
 
 SEED_CONFIGS = [
     "Q_bf16_stock_n0",
@@ -27,7 +27,7 @@ SEED_DEPTHS = [0, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 
 
 
 def seed_grid(**overrides) -> Grid:
-    return load_study_files([REPO / "config/config.yaml"], overrides)
+    return load_grid_files([REPO / "config/config.yaml"], overrides)
 
 
 def test_seed_002_grid_is_expressed_exactly():
@@ -93,7 +93,7 @@ def bad(mutate) -> str:
     config = copy.deepcopy(load_yaml(REPO / "config/demo.yaml"))
     mutate(config)
     with pytest.raises(ConfigError) as info:
-        load_study(config, "demo.yaml")
+        load_grid(config, "demo.yaml")
     return str(info.value)
 
 
@@ -123,7 +123,7 @@ def test_the_prefix_cache_pass_names_configs_and_a_typo_is_an_error(change, expe
 
 
 def test_the_prefix_cache_pass_has_a_cell_per_depth_with_context_and_its_engine_caches():
-    grid = load_study(load_yaml(REPO / "config/demo.yaml"), "demo.yaml")
+    grid = load_grid(load_yaml(REPO / "config/demo.yaml"), "demo.yaml")
     assert grid.prefix_cache_pass == ("D_q8_0_n0",)
     assert [(c.config, c.depth) for c in grid.prefix_cache_cells()] == [
         ("D_q8_0_n0", d) for d in (256, 512, 1024)
@@ -152,7 +152,7 @@ def test_speculation_method_must_suit_the_engine_kind():
 
 def test_defaults_are_filled_from_the_schema():
     config = load_yaml(REPO / "config/demo.yaml")
-    document = load_study(config, "demo.yaml").document
+    document = load_grid(config, "demo.yaml").document
     assert document["engines"]["llamacpp"]["health_path"] == "/health"
     assert document["benchy"]["corpus"] == "resources/corpus/book.txt"
     assert document["serving"]["prefix_caching"] is False
@@ -194,11 +194,11 @@ def test_fingerprint_changes_with_what_starts_the_engine_only():
 
 
 def test_checkpoint_weights_default_to_its_name_and_leave_the_fingerprint_alone():
-    plain = load_study(load_yaml(REPO / "config/demo.yaml"), "demo.yaml")
+    plain = load_grid(load_yaml(REPO / "config/demo.yaml"), "demo.yaml")
     config = load_yaml(REPO / "config/demo.yaml")
     for checkpoint in config["checkpoints"].values():
         checkpoint["weights"] = "demo"
-    shared = load_study(config, "demo.yaml")
+    shared = load_grid(config, "demo.yaml")
     assert plain.configs["D_q8_0_n0"].checkpoint.weights == "q8_0"
     assert {c.checkpoint.weights for c in shared.configs.values()} == {"demo"}
     assert dataset.config_meta(shared.config_dict("D_q8_0_n0"))["weights"] == "demo"

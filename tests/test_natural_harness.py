@@ -14,7 +14,7 @@ from conftest import REPO, free_port, load_yaml
 from gridbench.cell import natural_cell, run_cell
 from gridbench.engines import probe
 from gridbench.engines.manager import SlotManager
-from gridbench.grid import Grid, load_study
+from gridbench.grid import Grid, load_grid
 from gridbench.harness import natural
 from gridbench.harness.prompts import NaturalSettings
 from gridbench.harness.stats import summarize
@@ -35,7 +35,7 @@ def demo_grid(natural_section: dict, **engine_changes) -> Grid:
     config = load_yaml(REPO / "config/demo.yaml")
     config["engines"]["llamacpp"].update({"port": free_port(), **engine_changes})
     config["natural"] = natural_section
-    return load_study(config, "demo.yaml")
+    return load_grid(config, "demo.yaml")
 
 
 def run_natural_cell(grid: Grid, config: str, prompt_class: str, concurrency: int) -> tuple[int, Path]:

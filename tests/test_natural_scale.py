@@ -14,7 +14,7 @@ import pytest
 
 from conftest import REPO, load_yaml
 from gridbench.cell import write_context
-from gridbench.grid import load_study
+from gridbench.grid import load_grid
 from gridbench.harness import natural
 from gridbench.harness.prompts import NaturalSettings
 from gridbench.harness.stats import OK, nearest_rank
@@ -141,7 +141,7 @@ def test_the_default_processes_leave_a_cells_context_as_it_was(processes, in_con
     measured before natural.processes existed; a value asked for travels to the cell."""
     config = load_yaml(REPO / "config/demo.yaml")
     config["natural"] = {"concurrency": [128], "processes": processes}
-    grid = load_study(config, "demo.yaml")
+    grid = load_grid(config, "demo.yaml")
     monkeypatch.chdir(tmp_path)
     context = json.loads(write_context(grid, next(iter(grid.configs)), ["cpu"], "natural").read_text())
     assert ("processes" in context["natural"]) is in_context

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO, load_yaml, write_config
 from gridbench.errors import ConfigError
-from gridbench.grid import load_study
+from gridbench.grid import load_grid
 from test_workflow import events, snakemake
 
 STUDY = REPO / "config/studies/qwen36-35b-a3b-dflash.yaml"
@@ -70,9 +70,9 @@ def test_seed_000_study_dry_runs_as_48_natural_cells(tmp_path):
 
 def test_seed_000_study_is_the_seed_setup():
     from gridbench.engines.describe import describe_launch
-    from gridbench.grid import load_study_files
+    from gridbench.grid import load_grid_files
 
-    grid = load_study_files([STUDY])
+    grid = load_grid_files([STUDY])
     assert grid.depths == ()
     assert grid.natural["prompt_classes"] == ["code", "reasoning", "dialogue", "prose"]
     assert grid.natural["concurrency"] == [1, 4, 8, 16]
@@ -104,7 +104,7 @@ def test_a_study_without_depths_or_natural_measures_nothing():
     config = copy.deepcopy(load_yaml(REPO / "config/demo.yaml"))
     del config["depths"], config["natural"]
     with pytest.raises(ConfigError, match="measures nothing"):
-        load_study(config, "demo.yaml")
+        load_grid(config, "demo.yaml")
     config["natural"] = {}
-    grid = load_study(config, "demo.yaml")
+    grid = load_grid(config, "demo.yaml")
     assert grid.cells() == ([], []) and len(grid.natural_cells()) == 4 * 4 * 4  # the defaults

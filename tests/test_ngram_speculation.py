@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO, free_port, load_yaml
 from gridbench.engines import probe
 from gridbench.engines.manager import SlotManager
-from gridbench.grid import load_study
+from gridbench.grid import load_grid
 from gridbench.spec_metrics import acceptance, parse_spec_counters
 
 pytestmark = pytest.mark.integration
@@ -52,7 +52,7 @@ def test_ngram_types_draft_with_their_own_length(workdir, method, extra_args, dr
     }
     config["configs"]["D_f16_ngram"] = {"engine": "llamacpp", "checkpoint": "f16", "speculation": "ngram"}
     manager = SlotManager(["cpu"])
-    with manager.lease(load_study(config, "demo.yaml").configs["D_f16_ngram"]) as engine:
+    with manager.lease(load_grid(config, "demo.yaml").configs["D_f16_ngram"]) as engine:
         assert probe.http_get(engine.base_url + "/health")[0] == 200
         before = counters(engine.base_url)
         complete(engine.base_url, "demo-f16")

@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO, load_yaml
 from gridbench.aggregate import dataset, plots, synthetic
 from gridbench.aggregate.report import render_report
-from gridbench.grid import Grid, load_study
+from gridbench.grid import Grid, load_grid
 from gridbench.plan import benchy_plan
 
 HOST = {"gpu": None, "gpu_count": 0, "driver": None}
@@ -23,7 +23,7 @@ COLD_TTFT_MS = {0: 40.0, 256: 80.0, 512: 120.0, 1024: 200.0}
 @pytest.fixture
 def grid() -> Grid:
     """config/demo.yaml: its D_q8_0_n0 has the pass, its other three configs do not."""
-    return load_study(load_yaml(REPO / "config/demo.yaml"), "demo.yaml")
+    return load_grid(load_yaml(REPO / "config/demo.yaml"), "demo.yaml")
 
 
 def cold_results(plan) -> dict:

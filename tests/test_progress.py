@@ -17,7 +17,7 @@ import pytest
 from conftest import REPO, load_yaml, write_config
 from gridbench import layout, progress
 from gridbench.errors import ConfigError
-from gridbench.grid import Grid, load_study
+from gridbench.grid import Grid, load_grid
 from gridbench.harness.natural import progress_file
 from gridbench.harness.stats import RequestTrace
 from gridbench.progress import (
@@ -40,11 +40,11 @@ def demo_config() -> dict:
     """One config of the demo: 4 llama-benchy depths and 4 natural cells."""
     config = load_yaml(REPO / "config/demo.yaml")
     config["config"] = "D_f16_n0"
-    return load_study(config, "demo.yaml").document
+    return load_grid(config, "demo.yaml").document
 
 
 def demo_grid() -> Grid:
-    return load_study(demo_config(), "demo.yaml")
+    return load_grid(demo_config(), "demo.yaml")
 
 
 def iso(moment: datetime) -> str:
@@ -129,7 +129,7 @@ def test_the_plan_names_every_cell_with_its_files_and_expected_requests():
 def test_the_prefix_cache_pass_adds_a_cell_per_depth_with_context_that_counts_its_context_loads():
     config = demo_config()
     config["benchy"]["prefix_cache_pass"] = ["D_f16_n0"]
-    cells = by_label(planned_cells(load_study(config, "demo.yaml")))
+    cells = by_label(planned_cells(load_grid(config, "demo.yaml")))
     cached = [cell for label, cell in cells.items() if label.endswith("cached")]
     assert [c.label for c in cached] == [f"D_f16_n0 depth {d} cached" for d in (256, 512, 1024)]
     assert [c.expected_requests for c in cached] == [4, 4, 4]  # a context load before each request
@@ -380,12 +380,12 @@ def test_a_follower_that_cannot_read_says_so_and_goes_on(tmp_path, monkeypatch):
 def test_the_config_switches_it_off_and_sets_the_interval():
     config = demo_config()
     assert (config["progress"], config["progress_interval_s"]) == (True, 30)
-    follower = progress.sweep_follower(load_study({**config, "progress_interval_s": 5}, "demo.yaml"), print)
+    follower = progress.sweep_follower(load_grid({**config, "progress_interval_s": 5}, "demo.yaml"), print)
     assert follower.interval_s == 5
-    assert progress.sweep_follower(load_study({**config, "progress": False}, "demo.yaml"), print) is None
+    assert progress.sweep_follower(load_grid({**config, "progress": False}, "demo.yaml"), print) is None
     config["progress"] = "false"  # what snakemake --config progress=false gives
     with pytest.raises(ConfigError, match=r"key progress: .*reads only True and False"):
-        load_study(config, "demo.yaml")
+        load_grid(config, "demo.yaml")
 
 
 def progress_command(root: Path, *args: str) -> subprocess.CompletedProcess:

@@ -17,7 +17,7 @@ from gridbench import layout
 from gridbench.aggregate import synthetic
 from gridbench.cell import _write_failure, depth_cell
 from gridbench.errors import BenchmarkError
-from gridbench.grid import load_study_files
+from gridbench.grid import load_grid_files
 from gridbench.plan import benchy_plan, natural_plan
 from test_workflow import jobs_of_last_run, snakemake
 
@@ -40,7 +40,7 @@ def build_report(workdir: Path, configfile: str) -> str:
 
 def write_demo_cells(workdir: Path, config_path: Path) -> None:
     """Every cell of the grid as the files a finished sweep leaves."""
-    grid = load_study_files([config_path])
+    grid = load_grid_files([config_path])
     plan, nplan = benchy_plan(grid), natural_plan(grid)
     for cell in plan["cells"]:
         cfg = plan["configs"][cell["config"]]
@@ -143,7 +143,7 @@ def test_a_real_cell_gives_graphs_report_and_the_shapes_the_fixtures_assume(work
     # the synthetic records of the report's fixtures have the keys real cells write
     real_raw = json.loads((workdir / "results/raw/D_f16_draft4/depth_0.json").read_text())
     real_prov = json.loads((workdir / "results/raw/D_f16_draft4/depth_0.provenance.json").read_text())
-    plan = benchy_plan(load_study_files([config_path]))
+    plan = benchy_plan(load_grid_files([config_path]))
     cfg = plan["configs"]["D_f16_draft4"]
     fake_raw = synthetic.benchy_raw(0, decode=(1.0, 0.0), prefill=(1.0, 0.0), ttft_ms=(1.0, 0.0))
     fake_prov = synthetic.provenance_record(
@@ -154,7 +154,7 @@ def test_a_real_cell_gives_graphs_report_and_the_shapes_the_fixtures_assume(work
     assert set(fake_prov) == set(real_prov)
     for key in ("engine", "host", "versions", "bench", "spec_decode"):
         assert set(fake_prov[key]) == set(real_prov[key]) - {"gpu_memory"}, key
-    grid = load_study_files([config_path])
+    grid = load_grid_files([config_path])
     cell = depth_cell(grid, "D_f16_draft4", ["cpu"], 0)
     _write_failure(cell, BenchmarkError("cell D_f16_draft4 depth 0: it broke"), "2026-01-01T00:00:00+00:00")
     real_failure = json.loads(cell.failure_path().read_text())

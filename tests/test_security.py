@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, load_yaml, write_config
 from gridbench.engines.manager import SlotManager
 from gridbench.errors import ConfigError
-from gridbench.grid import load_study
+from gridbench.grid import load_grid
 from test_workflow import in_runtime, snakemake
 
 pytestmark = pytest.mark.integration
@@ -60,7 +60,7 @@ def test_planted_secrets_appear_in_no_output(workdir, demo_config, monkeypatch):
 
 def test_the_engine_really_requires_the_key(workdir, demo_config, monkeypatch):
     monkeypatch.setenv("GRIDBENCH_TEST_API_KEY", API_KEY)
-    cfg = load_study(secured(demo_config), "test.yaml").configs["D_f16_n0"]
+    cfg = load_grid(secured(demo_config), "test.yaml").configs["D_f16_n0"]
     with SlotManager(["cpu"]).lease(cfg) as engine:
         assert status_of(engine.base_url + "/v1/models") == 401
         assert status_of(engine.base_url + "/v1/models", engine.headers) == 200
@@ -70,13 +70,13 @@ def test_a_secret_written_into_a_config_is_refused():
     config = load_yaml(REPO / "config/demo.yaml")
     config["engines"]["llamacpp"]["env"] = {"HF_TOKEN": "hf_literal"}
     with pytest.raises(ConfigError, match=r"engines\.llamacpp\.env\.HF_TOKEN: a secret may not be written"):
-        load_study(config, "demo.yaml")
+        load_grid(config, "demo.yaml")
 
 
 @pytest.mark.parametrize("runtime", ["process", pytest.param("docker", marks=pytest.mark.docker)])
 def test_engines_listen_on_loopback_and_are_not_privileged(workdir, demo_config, runtime):
     config = in_runtime(demo_config, runtime)
-    cfg = load_study(config, "test.yaml").configs["D_f16_n0"]
+    cfg = load_grid(config, "test.yaml").configs["D_f16_n0"]
     with SlotManager(["cpu"]).lease(cfg) as engine:
         if runtime == "docker":
             import docker
@@ -145,7 +145,7 @@ def test_a_credential_in_arguments_or_paths_is_refused_without_echoing_it(place,
     config = load_yaml(REPO / "config/demo.yaml")
     plant(config)
     with pytest.raises(ConfigError, match="would put a secret on the engine's command line") as refused:
-        load_study(config, "demo.yaml")
+        load_grid(config, "demo.yaml")
     assert API_KEY not in str(refused.value) and HUB_TOKEN not in str(refused.value), place
     assert "api_key_env" in str(refused.value)
 
@@ -158,4 +158,4 @@ def test_flags_that_merely_look_alike_are_allowed():
         "--tokenizer",
         "t.json",
     ]
-    load_study(config, "demo.yaml")
+    load_grid(config, "demo.yaml")

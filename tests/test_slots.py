@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO, free_port, load_yaml
 from gridbench.engines.manager import SlotManager
 from gridbench.errors import SlotBusyError
-from gridbench.grid import Grid, load_study
+from gridbench.grid import Grid, load_grid
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +22,7 @@ def demo_grid(*, gpus: bool = False, tensor_parallel: int = 1) -> Grid:
     config = load_yaml(REPO / "config/demo.yaml")
     config["engines"]["llamacpp"].update(port=free_port(), gpus=gpus, extra_args=["--threads", "1"])
     config["configs"]["D_f16_n0"]["serving"] = {"tensor_parallel_size": tensor_parallel}
-    return load_study(config, "demo.yaml")
+    return load_grid(config, "demo.yaml")
 
 
 def engine_environ(engine) -> dict[str, str]:

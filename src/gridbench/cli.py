@@ -35,7 +35,7 @@ def _add_configfile(parser: argparse.ArgumentParser) -> None:
 def _load_grid(args: argparse.Namespace):
     import yaml
 
-    from gridbench.grid import load_study_files
+    from gridbench.grid import load_grid_files
 
     overrides = {}
     for item in args.config:
@@ -43,7 +43,7 @@ def _load_grid(args: argparse.Namespace):
         if not sep:
             raise GridbenchError(f"--config {item}: expected KEY=VALUE")
         overrides[key] = yaml.safe_load(value) if value else ""  # `engine=` is an empty filter
-    return load_study_files(args.configfile, overrides)
+    return load_grid_files(args.configfile, overrides)
 
 
 def cmd_cells(args: argparse.Namespace) -> int:
@@ -161,9 +161,9 @@ def cmd_progress(args: argparse.Namespace) -> int:
 
 
 def _grid_from_json(path: Path):
-    from gridbench.grid import load_study_json
+    from gridbench.grid import load_grid_json
 
-    return load_study_json(Path(path))
+    return load_grid_json(Path(path))
 
 
 def cmd_dataset(args: argparse.Namespace) -> int:

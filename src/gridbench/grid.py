@@ -92,7 +92,7 @@ def _validate(document: dict[str, Any], source: str) -> None:
         )
 
 
-def load_study(config: Mapping[str, Any], source: str, files: Iterable[Path] = ()) -> Grid:
+def load_grid(config: Mapping[str, Any], source: str, files: Iterable[Path] = ()) -> Grid:
     """The one way from a config to a Grid, for the rules and the CLI alike: the config is
     validated against the schema (the only home of its defaults, filled into a copy), its
     references and per-kind rules checked. ``files`` are the YAML files it was merged from,
@@ -105,7 +105,7 @@ def load_study(config: Mapping[str, Any], source: str, files: Iterable[Path] = (
     return Grid.from_document(document, source)
 
 
-def load_study_json(path: Path) -> Grid:
+def load_grid_json(path: Path) -> Grid:
     """A grid file: the validated config the workflow wrote (or one written by hand)."""
     try:
         document = json.loads(path.read_text())
@@ -117,7 +117,7 @@ def load_study_json(path: Path) -> Grid:
         raise ConfigError(f"grid file {path} is not JSON: {err}") from err
     if not isinstance(document, dict):
         raise ConfigError(f"grid file {path} must hold a JSON object")
-    return load_study(document, str(path))
+    return load_grid(document, str(path))
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -153,7 +153,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_study_files(paths: Iterable[str | Path], overrides: Mapping[str, Any] | None = None) -> Grid:
+def load_grid_files(paths: Iterable[str | Path], overrides: Mapping[str, Any] | None = None) -> Grid:
     """Config files merged as Snakemake merges them (later files win, then ``--config``)."""
     files = [Path(p) for p in paths]
     merged: dict[str, Any] = {}
@@ -161,7 +161,7 @@ def load_study_files(paths: Iterable[str | Path], overrides: Mapping[str, Any] |
         _merge(merged, read_config_file(path))
     if overrides:
         _merge(merged, dict(overrides))
-    return load_study(merged, " + ".join(map(str, files)) or "config")
+    return load_grid(merged, " + ".join(map(str, files)) or "config")
 
 
 def _merge(into: dict[str, Any], update: Mapping[str, Any]) -> None:
@@ -347,20 +347,24 @@ class ServingConfig:
 
 
 @dataclass(frozen=True)
-class Cell:
+class PlannedDepthCell:
+    """A llama-benchy cell of the grid, by its coordinates (cell.DepthCell runs one)."""
+
     config: str
     depth: int
 
 
 @dataclass(frozen=True)
-class NaturalCell:
+class PlannedNaturalCell:
+    """A natural-prompt cell of the grid, by its coordinates (cell.NaturalCell runs one)."""
+
     config: str
     prompt_class: str
     concurrency: int
 
 
 @dataclass(frozen=True)
-class SkippedCell:
+class SkippedDepthCell:
     config: str
     depth: int
     reason: str
@@ -388,7 +392,7 @@ class Grid:
     @classmethod
     def from_document(cls, config: dict[str, Any], source: str) -> Grid:
         """Build from a schema-validated config (defaults filled in); checks references.
-        Only load_study calls this: a config that skipped the schema would fail here."""
+        Only load_grid calls this: a config that skipped the schema would fail here."""
         engines = {n: _engine(n, e) for n, e in config["engines"].items()}
         checkpoints = {n: _checkpoint(n, c) for n, c in config["checkpoints"].items()}
         speculations = {n: _speculation(n, s) for n, s in config["speculations"].items()}
@@ -514,7 +518,7 @@ class Grid:
             )
         return chosen
 
-    def cells(self) -> tuple[list[Cell], list[SkippedCell]]:
+    def cells(self) -> tuple[list[PlannedDepthCell], list[SkippedDepthCell]]:
         """Scheduled cells in run order (config-major), and the cells too long to run."""
         scheduled, skipped = [], []
         for cfg in self.selected():
@@ -522,7 +526,7 @@ class Grid:
                 needed = depth + self.benchy.pp + self.benchy.tg
                 if needed > cfg.serving.max_model_len:
                     skipped.append(
-                        SkippedCell(
+                        SkippedDepthCell(
                             cfg.name,
                             depth,
                             f"depth {depth} + pp {self.benchy.pp} + tg {self.benchy.tg} = {needed} "
@@ -530,20 +534,20 @@ class Grid:
                         )
                     )
                 else:
-                    scheduled.append(Cell(cfg.name, depth))
+                    scheduled.append(PlannedDepthCell(cfg.name, depth))
         return scheduled, skipped
 
-    def prefix_cache_cells(self) -> list[Cell]:
+    def prefix_cache_cells(self) -> list[PlannedDepthCell]:
         """The prefix-cache pass's cells, one per scheduled cell with context of a config in
         benchy.prefix_cache_pass (at depth 0 there is no context to cache)."""
         return [c for c in self.cells()[0] if c.config in self.prefix_cache_pass and c.depth > 0]
 
-    def natural_cells(self) -> list[NaturalCell]:
+    def natural_cells(self) -> list[PlannedNaturalCell]:
         """Natural-prompt cells in run order: config, then prompt class, then concurrency."""
         if self.natural is None:
             return []
         return [
-            NaturalCell(cfg.name, prompt_class, concurrency)
+            PlannedNaturalCell(cfg.name, prompt_class, concurrency)
             for cfg in self.selected()
             for prompt_class in self.natural["prompt_classes"]
             for concurrency in self.natural["concurrency"]

@@ -15,7 +15,7 @@ from gridbench.engines.allocation import claim_sweep
 from gridbench.engines.manager import detect_gpus
 from gridbench.errors import GridbenchError
 from gridbench.files import atomic_write_text
-from gridbench.grid import load_study
+from gridbench.grid import load_grid
 from gridbench.plan import benchy_plan, natural_plan
 from gridbench.progress import sweep_follower
 
@@ -28,7 +28,7 @@ CONFIG_FILES = [
 CONFIG_SOURCE = " + ".join(map(str, CONFIG_FILES))
 try:
     # the schema's check, its defaults, the references: one message naming the file and key
-    GRID = load_study(config, CONFIG_SOURCE, files=CONFIG_FILES)
+    GRID = load_grid(config, CONFIG_SOURCE, files=CONFIG_FILES)
 except GridbenchError as err:
     sys.exit(f"gridbench: invalid config: {err}")
 PLAN = benchy_plan(GRID)
