@@ -8,7 +8,7 @@ import shlex
 from conftest import REPO, gridbench
 from gridbench.engines.commands import launch_plan
 from gridbench.engines.describe import docker_run_argv
-from gridbench.grid import load_study_files
+from gridbench.grid import load_grid_files
 from test_grid import seed_grid
 
 
@@ -71,7 +71,7 @@ def test_stock_image_entrypoint_takes_the_model_first():
 
 
 def test_llamacpp_draft_model_flags():
-    grid = load_study_files([REPO / "config/demo.yaml"])
+    grid = load_grid_files([REPO / "config/demo.yaml"])
     argv = list(launch_plan(grid.configs["D_f16_draft4"], 9000).argv)
     assert argv[:3] == ["python3", "-m", "gridbench.testengines.xllamacpp_server"]
     assert argv[3:] == [
@@ -103,7 +103,7 @@ def test_llamacpp_draft_model_flags():
 
 
 def test_config_values_stay_literal_arguments():
-    grid = load_study_files(
+    grid = load_grid_files(
         [REPO / "config/demo.yaml"], {"configs": {"D_f16_n0": {"extra_args": ["x; touch pwned", "$(id)"]}}}
     )
     argv = launch_plan(grid.configs["D_f16_n0"], 9000).argv
@@ -175,13 +175,13 @@ CI_VLLM_ENV = [
 
 
 def test_ci_vllm_container_command(tmp_path):
-    line = gridbench("engine", "command", *CI_VLLM, "V_bf16_self", cwd=tmp_path).stdout
+    line = gridbench("engine", "command", *CI_VLLM, "V_f32_self", cwd=tmp_path).stdout
     assert shlex.split(line) == [
-        *shlex.split("docker run -d --name gridbench-0-v_bf16_self --network host --shm-size 1g"),
+        *shlex.split("docker run -d --name gridbench-0-v_f32_self --network host --shm-size 1g"),
         *shlex.split(f"-v {tmp_path}/resources/models/vllm:/models:ro"),
         *CI_VLLM_ENV,
-        *shlex.split("local/gridbench-vllm-cpu:0.32.0 serve /models/target --served-model-name tiny-bf16"),
-        *shlex.split("--host 127.0.0.1 --port 18500 --dtype bfloat16 --max-model-len 2048"),
+        *shlex.split("local/gridbench-vllm-cpu:0.32.0 serve /models/target --served-model-name tiny-f32"),
+        *shlex.split("--host 127.0.0.1 --port 18500 --dtype float32 --max-model-len 2048"),
         *shlex.split("--gpu-memory-utilization 0.90 --enable-prefix-caching --enable-chunked-prefill"),
         *shlex.split("--tensor-parallel-size 1 --speculative-config"),
         '{"method":"draft_model","model":"/models/draft-self","num_speculative_tokens":3}',
@@ -211,7 +211,7 @@ def test_ci_vllm_process_overlay_command():
 
 
 def test_llamacpp_ngram_types_take_their_own_draft_length_flag():
-    grid = load_study_files([REPO / "config/studies/h200-llamacpp.yaml"])
+    grid = load_grid_files([REPO / "config/studies/h200-llamacpp.yaml"])
     argv = list(launch_plan(grid.configs["F16_ngram16"], 9000).argv)
     assert argv[argv.index("--spec-type") : argv.index("--spec-type") + 4] == [
         "--spec-type",
@@ -231,7 +231,7 @@ def test_llamacpp_ngram_types_take_their_own_draft_length_flag():
 
 def test_llamacpp_prefix_caching_off_also_turns_off_the_host_prompt_cache():
     """--no-cache-prompt alone leaves llama-server saving idle slots to its RAM cache."""
-    grid = load_study_files([REPO / "config/demo.yaml"])
+    grid = load_grid_files([REPO / "config/demo.yaml"])
     cfg = grid.configs["D_f16_n0"]
     assert not cfg.serving.prefix_caching
     argv = list(launch_plan(cfg, 9000).argv)

