@@ -74,10 +74,10 @@ def test_seed_000_study_is_the_seed_setup():
 
     grid = load_grid_files([STUDY])
     assert grid.depths == ()
-    assert grid.natural["prompt_classes"] == ["code", "reasoning", "dialogue", "prose"]
-    assert grid.natural["concurrency"] == [1, 4, 8, 16]
-    assert (grid.natural["requests"], grid.natural["max_tokens"], grid.natural["warmup"]) == (16, 512, 3)
-    assert grid.natural["extra_body"] == {"chat_template_kwargs": {"enable_thinking": False}}
+    assert grid.natural.prompt_classes == ("code", "reasoning", "dialogue", "prose")
+    assert grid.natural.concurrency == (1, 4, 8, 16)
+    assert (grid.natural.requests, grid.natural.max_tokens, grid.natural.warmup) == (16, 512, 3)
+    assert grid.natural.extra_body == {"chat_template_kwargs": {"enable_thinking": False}}
     dfl5 = describe_launch(grid.configs["A_nvfp4_dfl5"])
     for flags in (
         "--gpus all",

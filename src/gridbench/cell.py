@@ -213,8 +213,9 @@ def write_context(grid: Grid, config: str, slots: list[str], kind: str) -> Path:
     elif grid.natural is None:
         raise ConfigError(f"config {config}: the grid has no natural section, so no natural cells")
     else:
-        prompts = resolve_prompts(NaturalSettings.from_dict(grid.natural))
-        context["natural"] = {**grid.natural, "prompts": prompts}
+        prompts = resolve_prompts(grid.natural)
+        # the section as written (defaults filled): the context's bytes name its cells' params
+        context["natural"] = {**grid.document["natural"], "prompts": prompts}
         if context["natural"]["processes"] == AUTO_PROCESSES:
             # it changes how many requests fit, not what a cell measures: the default keeps
             # the contexts (the cells' params) of studies measured before the key existed

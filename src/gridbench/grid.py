@@ -21,6 +21,7 @@ import yaml
 
 from gridbench.engines.kinds import engine_kind
 from gridbench.errors import ConfigError
+from gridbench.harness.prompts import NaturalSettings
 from gridbench.provenance import SECRET_NAME
 
 FILTER_KEYS = {
@@ -378,7 +379,7 @@ class Grid:
     configs: dict[str, ServingConfig]
     depths: tuple[int, ...]
     benchy: BenchySettings
-    natural: dict[str, Any] | None
+    natural: NaturalSettings | None
     study: dict[str, Any]
     gpu_slots: tuple[str, ...] | None
     # configs with a prefix-cache pass; kept out of BenchySettings, which every cell's context
@@ -454,7 +455,7 @@ class Grid:
             configs=configs,
             depths=tuple(sorted(config.get("depths", ()))),
             benchy=benchy,
-            natural=config.get("natural"),
+            natural=NaturalSettings.from_dict(config["natural"]) if "natural" in config else None,
             study=dict(config.get("study", {})),
             gpu_slots=tuple(map(str, config["gpu_slots"])) if config.get("gpu_slots") else None,
             prefix_cache_pass=prefix_cache_pass,
@@ -549,8 +550,8 @@ class Grid:
         return [
             PlannedNaturalCell(cfg.name, prompt_class, concurrency)
             for cfg in self.selected()
-            for prompt_class in self.natural["prompt_classes"]
-            for concurrency in self.natural["concurrency"]
+            for prompt_class in self.natural.prompt_classes
+            for concurrency in self.natural.concurrency
         ]
 
 

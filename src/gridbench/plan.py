@@ -6,7 +6,7 @@ from typing import Any
 
 from gridbench import layout
 from gridbench.grid import Grid
-from gridbench.harness.prompts import NaturalSettings, resolve_prompts
+from gridbench.harness.prompts import resolve_prompts
 
 
 def benchy_plan(grid: Grid) -> dict[str, Any]:
@@ -43,7 +43,7 @@ def benchy_plan(grid: Grid) -> dict[str, Any]:
 def natural_plan(grid: Grid) -> dict[str, Any]:
     """The natural-prompt cells and their files; an unknown prompt class stops here."""
     if grid.natural is not None:
-        resolve_prompts(NaturalSettings.from_dict(grid.natural))
+        resolve_prompts(grid.natural)
     cells = []
     for cell in grid.natural_cells():
         names = {"config": cell.config, "prompt_class": cell.prompt_class, "concurrency": cell.concurrency}

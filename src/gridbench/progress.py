@@ -86,7 +86,7 @@ def planned_cells(grid: Grid) -> list[PlannedCell]:
                 timing_keys=(("cached", cell.config, cell.depth), ("cached", cell.depth), ("cached",)),
             )
         )
-    requests = int(grid.natural["requests"]) if grid.natural else 0
+    requests = grid.natural.requests if grid.natural else 0
     for natural in grid.natural_cells():
         names = {
             "config": natural.config,

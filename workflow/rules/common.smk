@@ -62,13 +62,11 @@ if not Path(ENGINE_CHECK_GRID_FILE).exists():
     atomic_write_text(Path(ENGINE_CHECK_GRID_FILE), _UNFILTERED_JSON)
 _CONFIG_RANK = {name: rank for rank, name in enumerate(PLAN["configs"])}
 _DEPTH_RANK = {depth: rank for rank, depth in enumerate(GRID.depths)}
-_PROMPT_CLASSES = (GRID.natural or {}).get("prompt_classes", [])
+_PROMPT_CLASSES = GRID.natural.prompt_classes if GRID.natural else ()
 _NATURAL_RANK = {
     (cls, c): rank
     for rank, (cls, c) in enumerate(
-        (cls, c)
-        for cls in _PROMPT_CLASSES
-        for c in (GRID.natural or {}).get("concurrency", [])
+        (cls, c) for cls in _PROMPT_CLASSES for c in GRID.natural.concurrency
     )
 }
 # a config's cells in run order: depths, natural matrix, then the prefix-cache pass
@@ -135,7 +133,7 @@ def _host_files(config_name, kind):
     cfg = GRID.configs[config_name]
     if kind == "benchy":
         return [*cfg.files, GRID.benchy.corpus]
-    prompt_file = GRID.natural["prompt_file"]
+    prompt_file = GRID.natural.prompt_file
     return [*cfg.files, *([prompt_file] if prompt_file else [])]
 
 

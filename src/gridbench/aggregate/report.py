@@ -239,11 +239,11 @@ def method(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> s
     if grid.natural:
         n = grid.natural
         lines.append(
-            f"- Natural prompts: classes {', '.join(n['prompt_classes'])} at concurrency "
-            f"{', '.join(map(str, sorted(n['concurrency'])))}, {n['requests']} measured requests per level, "
-            f"max_tokens {n['max_tokens']}, temperature {n['temperature']}, {n['warmup']} serial warm-up "
-            f"requests per class{', cache-busting prefix per request' if n['cache_bust'] else ''}"
-            f"{_extra_body(n['extra_body'])}; "
+            f"- Natural prompts: classes {', '.join(n.prompt_classes)} at concurrency "
+            f"{', '.join(map(str, sorted(n.concurrency)))}, {n.requests} measured requests per level, "
+            f"max_tokens {n.max_tokens}, temperature {n.temperature}, {n.warmup} serial warm-up "
+            f"requests per class{', cache-busting prefix per request' if n.cache_bust else ''}"
+            f"{_extra_body(n.extra_body)}; "
             "percentiles are nearest-rank over the ok requests, and failed requests are counted, "
             "never dropped."
         )
