@@ -16,7 +16,6 @@ from gridbench.engines import probe
 from gridbench.engines.manager import SlotManager
 from gridbench.grid import Grid, load_grid
 from gridbench.harness import natural
-from gridbench.harness.prompts import NaturalSettings
 from gridbench.harness.stats import summarize
 from gridbench.spec_metrics import parse_spec_counters
 
@@ -141,7 +140,7 @@ def test_llamacpp_exposition_text_with_per_position_counters(workdir):
     grid = demo_grid({"prompt_classes": ["code"], "warmup": 1, "max_tokens": 16})
     manager = SlotManager(["cpu"])
     with manager.lease(grid.configs["D_f16_draft4"]) as engine:
-        plan = natural.level_plan(NaturalSettings.from_dict(grid.natural), "Hello", 1, {})
+        plan = natural.level_plan(grid.natural, "Hello", 1, {})
         endpoint = natural.Endpoint(engine.base_url, "demo-f16")
         before = parse_spec_counters(probe.fetch_metrics(engine.base_url))
         (trace,) = natural.warm_up(endpoint, plan)
