@@ -10,6 +10,7 @@ import pytest
 
 from gridbench.aggregate import analysis
 from gridbench.aggregate.analysis import LOSS, TIE, WIN, Measure
+from gridbench.grid import StudyInfo
 
 
 @pytest.mark.parametrize(
@@ -82,7 +83,7 @@ def test_crossover_between_last_win_and_next_depth():
         [(8.9, 0.04), (8.8, 0.04), (8.7, 0.04), (8.6, 0.04), (7.7, 0.04)],
         depths,
     )
-    (speedup,) = analysis.speedups(data, {})
+    (speedup,) = analysis.speedups(data, StudyInfo())
     assert speedup.baseline == "base"
     assert speedup.crossover == (8192, 12288)
     assert speedup.first_loss_after_crossover == 12288
@@ -94,7 +95,7 @@ def test_a_tie_after_the_wins_still_ends_them():
     data = spec_pair(
         [(12.0, 0.1), (8.75, 0.1), (7.0, 0.1)], [(8.9, 0.1), (8.7, 0.1), (8.6, 0.1)], [0, 8192, 16384]
     )
-    (speedup,) = analysis.speedups(data, {})
+    (speedup,) = analysis.speedups(data, StudyInfo())
     assert speedup.crossover == (0, 8192)
     assert speedup.first_loss_after_crossover == 16384
 
@@ -109,7 +110,7 @@ def test_a_tie_after_the_wins_still_ends_them():
 )
 def test_no_crossover(spec_values, crossover):
     data = spec_pair(spec_values, [(8.9, 0.1), (8.7, 0.1)], [0, 8192])
-    (speedup,) = analysis.speedups(data, {})
+    (speedup,) = analysis.speedups(data, StudyInfo())
     assert speedup.crossover is crossover
 
 
@@ -124,8 +125,8 @@ def test_baselines_from_the_study_then_same_engine_and_checkpoint():
             ("lonely_dfl", 0, 13.0, 0.0, "dflash", "other", "bf16"),
         ]
     )
-    assert analysis.baselines(data, {}) == {"nvfp4_dfl8": "nvfp4_n0", "bf16_dfl8": "bf16_n0"}
-    study = {"baseline": {"nvfp4_n0": "bf16_n0", "bf16_dfl8": "nvfp4_dfl8", "lonely_dfl": "missing"}}
+    assert analysis.baselines(data, StudyInfo()) == {"nvfp4_dfl8": "nvfp4_n0", "bf16_dfl8": "bf16_n0"}
+    study = StudyInfo(baseline={"nvfp4_n0": "bf16_n0", "bf16_dfl8": "nvfp4_dfl8", "lonely_dfl": "missing"})
     assert analysis.baselines(data, study) == {
         "nvfp4_n0": "bf16_n0",
         "nvfp4_dfl8": "nvfp4_n0",
@@ -135,7 +136,7 @@ def test_baselines_from_the_study_then_same_engine_and_checkpoint():
 
 def test_failed_cells_are_left_out_of_speedups():
     data = spec_pair([(12.0, 0.1), (None, None)], [(8.9, 0.1), (8.7, 0.1)], [0, 8192])
-    (speedup,) = analysis.speedups(data, {})
+    (speedup,) = analysis.speedups(data, StudyInfo())
     assert [p.depth for p in speedup.points] == [0]
 
 
@@ -296,16 +297,16 @@ def test_each_engine_start_counts_once():
 )
 def test_the_pattern_of_a_ratio_over_depth(spec_values, expected):
     data = spec_pair(spec_values, [(8.9, 0.1), (8.7, 0.1), (8.6, 0.1)], [0, 8192, 32768])
-    (speedup,) = analysis.speedups(data, {})
+    (speedup,) = analysis.speedups(data, StudyInfo())
     assert analysis.pattern(speedup) == expected
 
 
 def test_fold_is_the_largest_ratio_either_way_outside_the_spread():
     data = spec_pair([(4.45, 0.1), (8.7, 0.1)], [(8.9, 0.1), (8.7, 0.1)], [0, 8192])
-    (speedup,) = analysis.speedups(data, {})
+    (speedup,) = analysis.speedups(data, StudyInfo())
     assert analysis.fold(speedup) == pytest.approx(2.0)  # 0.5x counts as much as 2x
     ties = spec_pair([(8.9, 0.1)], [(8.9, 0.1)], [0])
-    assert analysis.fold(analysis.speedups(ties, {})[0]) == 1.0
+    assert analysis.fold(analysis.speedups(ties, StudyInfo())[0]) == 1.0
 
 
 def quantized(rows, weights):

@@ -4,7 +4,6 @@ with the network off, on a fixture study and on the committed H200 vLLM study.""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -20,6 +19,7 @@ from browser import CHROMIUM, Chromium
 from conftest import REPO
 from gridbench import layout
 from gridbench.aggregate import explorer
+from gridbench.grid import load_grid_json
 
 SCREENSHOTS = REPO / "logs/browser"
 H200_VLLM = REPO / "studies/h200-vllm"
@@ -34,7 +34,7 @@ def seed000() -> explorer.ExplorerData:
     grid, plan, results, failures, nplan, nresults, nfailures = rf.seed000()
     depth = rf.depth_frame(plan, results, failures)
     natural = rf.natural_frame(nplan, nresults, nfailures)
-    return explorer.explorer_data(depth, natural, grid.study, grid.study["title"])
+    return explorer.explorer_data(depth, natural, grid.study, grid.study.title)
 
 
 @pytest.fixture(scope="module")
@@ -223,12 +223,12 @@ def test_the_fixture_explorer_draws_every_trace_and_filters_them(seed000, tmp_pa
 @needs_chromium
 @pytest.mark.skipif(not (H200_VLLM / "grid.json").exists(), reason="the H200 vLLM study is not committed")
 def test_the_h200_vllm_study_explorer_draws_and_filters(tmp_path):
-    grid = json.loads((H200_VLLM / "grid.json").read_text())
+    study = load_grid_json(H200_VLLM / "grid.json").study
     data = explorer.explorer_data(
         pd.read_parquet(H200_VLLM / "dataset/dataset.parquet"),
         pd.read_parquet(H200_VLLM / "dataset/natural.parquet"),
-        grid["study"],
-        grid["study"]["title"],
+        study,
+        study.title,
     )
     page = write_page(tmp_path / "explorer.html", data)
     figures = explorer.figures(data)

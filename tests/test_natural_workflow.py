@@ -97,7 +97,7 @@ def test_seed_000_study_is_the_seed_setup():
     assert "Qwen/Qwen3.6-35B-A3B-FP8" in mtp and '{"method":"mtp","num_speculative_tokens":1}' in mtp
     weights = {c.name: c.checkpoint.active_weight_gb for c in grid.configs.values()}
     assert weights == {"A_nvfp4_dfl5": 1.5, "A_nvfp4_dfl15": 1.5, "B_fp8_mtp1": 3.0}
-    assert grid.study["hardware"]["memory_bandwidth_gb_s"] == 273
+    assert grid.study.hardware.memory_bandwidth_gb_s == 273
 
 
 def test_a_study_without_depths_or_natural_measures_nothing():

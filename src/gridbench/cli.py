@@ -237,9 +237,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_explorer(args: argparse.Namespace) -> int:
     from gridbench.aggregate.explorer import write_explorer
+    from gridbench.grid import StudyInfo
 
     # a study copied back without its grid file still gets an explorer: baselines are then inferred
-    study = _grid_from_json(args.grid).study if args.grid else {}
+    study = _grid_from_json(args.grid).study if args.grid else StudyInfo()
     natural = _read_frame(args.natural) if args.natural else None
     data = write_explorer(args.out, _read_frame(args.dataset), natural, study)
     cells = len(data.depth) + len(data.natural)

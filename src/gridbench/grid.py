@@ -348,6 +348,40 @@ class ServingConfig:
 
 
 @dataclass(frozen=True)
+class Hardware:
+    name: str | None = None
+    memory_bandwidth_gb_s: float | None = None  # the decode roofline's numerator
+
+
+@dataclass(frozen=True)
+class CapacityTargets:
+    ttft_ms_p50: float | None = None
+    tpot_ms_p50: float | None = None
+
+
+@dataclass(frozen=True)
+class StudyInfo:
+    """The ``study:`` section: what the report says the study is, and the facts its analyses
+    use (baselines, the machine's bandwidth, latency targets)."""
+
+    title: str | None = None
+    description: str | None = None
+    baseline: Mapping[str, str] = field(default_factory=dict)  # config -> its baseline config
+    hardware: Hardware = Hardware()
+    capacity: CapacityTargets = CapacityTargets()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StudyInfo:
+        return cls(
+            title=data.get("title"),
+            description=data.get("description"),
+            baseline=dict(data.get("baseline") or {}),
+            hardware=Hardware(**data.get("hardware", {})),
+            capacity=CapacityTargets(**data.get("capacity", {})),
+        )
+
+
+@dataclass(frozen=True)
 class PlannedDepthCell:
     """A llama-benchy cell of the grid, by its coordinates (cell.DepthCell runs one)."""
 
@@ -380,7 +414,7 @@ class Grid:
     depths: tuple[int, ...]
     benchy: BenchySettings
     natural: NaturalSettings | None
-    study: dict[str, Any]
+    study: StudyInfo
     gpu_slots: tuple[str, ...] | None
     # configs with a prefix-cache pass; kept out of BenchySettings, which every cell's context
     # holds: adding a config to the pass must not rerun the cold cells
@@ -456,7 +490,7 @@ class Grid:
             depths=tuple(sorted(config.get("depths", ()))),
             benchy=benchy,
             natural=NaturalSettings.from_dict(config["natural"]) if "natural" in config else None,
-            study=dict(config.get("study", {})),
+            study=StudyInfo.from_dict(config.get("study", {})),
             gpu_slots=tuple(map(str, config["gpu_slots"])) if config.get("gpu_slots") else None,
             prefix_cache_pass=prefix_cache_pass,
             document=config,

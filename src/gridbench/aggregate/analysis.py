@@ -19,6 +19,8 @@ from typing import Any
 
 import pandas as pd
 
+from gridbench.grid import StudyInfo
+
 WIN, LOSS, TIE = "win", "loss", "tie"
 SUMMARY_DECODE_DEPTHS = (0, 4096, 16384, 32768)
 SUMMARY_TTFT_DEPTHS = (16384, 32768)
@@ -108,11 +110,11 @@ def pick_depths(available: Iterable[int], preferred: Sequence[int], count: int) 
 # --- baselines and speedups -------------------------------------------------------------
 
 
-def baselines(frame: pd.DataFrame, study: Mapping[str, Any]) -> dict[str, str]:
+def baselines(frame: pd.DataFrame, study: StudyInfo) -> dict[str, str]:
     """config -> its baseline: the study's ``baseline`` mapping, else (for a speculative
     config) the non-speculative config on the same engine and checkpoint."""
     meta = frame.drop_duplicates("config").set_index("config")
-    mapping = dict(study.get("baseline") or {})
+    mapping = dict(study.baseline)
     result = {}
     for config in config_order(frame):
         if config in mapping:
@@ -194,7 +196,7 @@ def ratio_points(
     return tuple(points)
 
 
-def speedups(frame: pd.DataFrame, study: Mapping[str, Any], column: str = "decode_tps") -> list[Speedup]:
+def speedups(frame: pd.DataFrame, study: StudyInfo, column: str = "decode_tps") -> list[Speedup]:
     """Each config with a baseline, over that baseline, at every depth both measured."""
     cells = cell_index(frame)
     return [

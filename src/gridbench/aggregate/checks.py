@@ -7,13 +7,14 @@ typically causes it. The report lists every check; the CLI logs each one that tr
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 
 from gridbench.aggregate import analysis
 from gridbench.aggregate.text import and_list, num, pct, ratio_text
+from gridbench.grid import StudyInfo
 
 # TTFT p50 comes from a few requests per level: a drop under a quarter is queueing noise,
 # not a server that got faster under load
@@ -52,11 +53,8 @@ class Check:
         return f"**warning** — {self.summary}" if self.triggered else f"ok — {self.summary}"
 
 
-def run_checks(
-    dataset: pd.DataFrame, natural: pd.DataFrame | None, study: Mapping[str, object]
-) -> list[Check]:
-    hardware = study.get("hardware") or {}
-    bandwidth = hardware.get("memory_bandwidth_gb_s") if isinstance(hardware, Mapping) else None
+def run_checks(dataset: pd.DataFrame, natural: pd.DataFrame | None, study: StudyInfo) -> list[Check]:
+    bandwidth = study.hardware.memory_bandwidth_gb_s
     return [
         latency_falls_with_load(natural),
         acceptance_near_zero(dataset, natural),
@@ -240,9 +238,7 @@ def errors_and_incomplete(dataset: pd.DataFrame, natural: pd.DataFrame | None) -
 # --- (e) a spread larger than the effect it qualifies ------------------------------------
 
 
-def noisy_ratios(
-    dataset: pd.DataFrame, study: Mapping[str, object]
-) -> list[tuple[str, analysis.SpeedupPoint]]:
+def noisy_ratios(dataset: pd.DataFrame, study: StudyInfo) -> list[tuple[str, analysis.SpeedupPoint]]:
     """Every ratio the report calls a difference (speedups over baselines, engines on the same
     weights, quantizations) whose spread is larger than its distance from 1. The tie rule
     compares the means, the ratio's spread compounds both relative spreads: a large spread on
@@ -263,7 +259,7 @@ def noisy_ratios(
 CALLED = {analysis.WIN: "faster", analysis.LOSS: "slower"}
 
 
-def spread_exceeds_effect(dataset: pd.DataFrame, study: Mapping[str, object]) -> Check:
+def spread_exceeds_effect(dataset: pd.DataFrame, study: StudyInfo) -> Check:
     findings = tuple(
         f"{name} at depth {p.depth}: {ratio_text(p.speedup)}, called {CALLED[p.outcome]}"
         for name, p in noisy_ratios(dataset, study)

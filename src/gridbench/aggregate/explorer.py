@@ -25,6 +25,7 @@ import plotly.graph_objects as go
 from gridbench.aggregate import analysis
 from gridbench.aggregate.analysis import Measure, Speedup
 from gridbench.files import atomic_write_text
+from gridbench.grid import StudyInfo
 
 # matplotlib's tab10, then tab20b's darker half: the PNG graphs' colours for the first ten
 COLORS = (
@@ -167,7 +168,7 @@ def _records(frame: pd.DataFrame | None) -> list[dict[str, Any]]:
 
 
 def explorer_data(
-    depth: pd.DataFrame, natural: pd.DataFrame | None, study: Mapping[str, Any], title: str
+    depth: pd.DataFrame, natural: pd.DataFrame | None, study: StudyInfo, title: str
 ) -> ExplorerData:
     """The explorer's records from the dataset frames (``study``: the grid's, for baselines)."""
     configs = {r["config"]: _facets(r) for r in [*_records(depth), *_records(natural)]}
@@ -579,11 +580,11 @@ its configs. <span id="shown"></span></p>
 
 
 def write_explorer(
-    out: Path, depth: pd.DataFrame, natural: pd.DataFrame | None, study: Mapping[str, Any]
+    out: Path, depth: pd.DataFrame, natural: pd.DataFrame | None, study: StudyInfo
 ) -> ExplorerData:
     """Render the explorer of these frames to ``out``, plotly's bundle inlined."""
     from plotly.offline import get_plotlyjs
 
-    data = explorer_data(depth, natural, study, study.get("title") or "gridbench explorer")
+    data = explorer_data(depth, natural, study, study.title or "gridbench explorer")
     atomic_write_text(out, render_explorer(data, get_plotlyjs()))
     return data

@@ -21,6 +21,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormat
 from gridbench import layout
 from gridbench.aggregate import analysis
 from gridbench.files import atomic_write_bytes
+from gridbench.grid import StudyInfo
 
 SIZE = (11, 5.5)
 DPI = 120
@@ -297,7 +298,7 @@ def _log_axis(ax: Axes, subs=(1.0, 2.0, 5.0)) -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def speedup_vs_context(frame: pd.DataFrame, study: Mapping[str, Any]) -> Figure:
+def speedup_vs_context(frame: pd.DataFrame, study: StudyInfo) -> Figure:
     fig, (ax,) = _figure("Decode speedup over each config's baseline vs context depth")
     series = [s for s in analysis.speedups(frame, study) if s.points]
     if not series:
@@ -492,7 +493,7 @@ def pareto_frontier(natural: pd.DataFrame) -> Figure:
 # --- writing ----------------------------------------------------------------------------
 
 
-def depth_figures(frame: pd.DataFrame, study: Mapping[str, Any]) -> dict[str, Callable[[], Figure]]:
+def depth_figures(frame: pd.DataFrame, study: StudyInfo) -> dict[str, Callable[[], Figure]]:
     figures: dict[str, Callable[[], Figure]] = {}
     for name, spec in LINE_GRAPHS.items():
         figures[name] = functools.partial(line_vs_context, frame, spec)

@@ -26,7 +26,7 @@ from gridbench.aggregate.verdict import (
     targets_text,
     verdict_lines,
 )
-from gridbench.grid import Grid
+from gridbench.grid import Grid, StudyInfo
 
 # --- formatting -------------------------------------------------------------------------
 
@@ -67,7 +67,7 @@ def render_report(
     dataset = dataset.astype(object)
     natural = natural.astype(object) if natural is not None and not natural.empty else None
     sections = [
-        f"# {study.get('title') or 'gridbench comparison'}",
+        f"# {study.title or 'gridbench comparison'}",
         partial_banner(dataset, natural),
         "## Verdict\n\n" + verdict(grid, dataset, natural),
         "## Checks\n\n" + checks_section(grid, dataset, natural),
@@ -226,8 +226,8 @@ def method(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> s
     b = grid.benchy
     versions = sorted(set(analysis.measured(dataset)["load_generator_version"].dropna().astype(str)))
     lines = []
-    if study.get("description"):
-        lines += [study["description"].strip(), ""]
+    if study.description:
+        lines += [study.description.strip(), ""]
     lines.append(
         f"- Depth sweep: llama-benchy {', '.join(versions) or '(no cell measured)'}, "
         f"`--pp {b.pp} --tg {b.tg}{' --exact-tg' if b.exact_tg else ''} --runs {b.runs} "
@@ -282,7 +282,7 @@ def _distinct(frames: Iterable[pd.DataFrame | None], column: str) -> list[str]:
 
 def environment(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
     frames = [dataset, natural]
-    hardware = grid.study.get("hardware") or {}
+    hardware = grid.study.hardware
     started = _distinct(frames, "started_at")
     finished = _distinct(frames, "finished_at")
     generators = []
@@ -296,10 +296,10 @@ def environment(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None)
             for g, v in pairs.drop_duplicates().itertuples(index=False)
         ]
     rows = [
-        ("hardware (study)", hardware.get("name") or DASH),
+        ("hardware (study)", hardware.name or DASH),
         (
             "memory bandwidth (study)",
-            f"{hardware['memory_bandwidth_gb_s']} GB/s" if hardware.get("memory_bandwidth_gb_s") else DASH,
+            f"{hardware.memory_bandwidth_gb_s} GB/s" if hardware.memory_bandwidth_gb_s else DASH,
         ),
         ("GPU", ", ".join(_distinct(frames, "gpu")) or "none detected"),
         ("driver", ", ".join(_distinct(frames, "driver")) or DASH),
@@ -424,7 +424,7 @@ def summary_table(dataset: pd.DataFrame) -> str:
     return table(header, rows) + note
 
 
-def speedup_section(dataset: pd.DataFrame, study: Mapping[str, Any]) -> str:
+def speedup_section(dataset: pd.DataFrame, study: StudyInfo) -> str:
     series = [s for s in analysis.speedups(dataset, study) if s.points]
     if not series:
         return (
@@ -539,9 +539,8 @@ def startup_section(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
     )
 
 
-def roofline_section(dataset: pd.DataFrame, study: Mapping[str, Any]) -> str:
-    hardware = study.get("hardware") or {}
-    bandwidth = hardware.get("memory_bandwidth_gb_s")
+def roofline_section(dataset: pd.DataFrame, study: StudyInfo) -> str:
+    bandwidth = study.hardware.memory_bandwidth_gb_s
     if not bandwidth:
         return "`study.hardware.memory_bandwidth_gb_s` is not set: no roofline."
     lines = analysis.rooflines(dataset, bandwidth)
@@ -707,7 +706,7 @@ def _na(value: Any) -> bool:
     return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
-def capacity_section(natural: pd.DataFrame | None, study: Mapping[str, Any]) -> str:
+def capacity_section(natural: pd.DataFrame | None, study: StudyInfo) -> str:
     targets = capacity_targets(study)
     if not targets:
         return (
@@ -748,7 +747,7 @@ def capacity_section(natural: pd.DataFrame | None, study: Mapping[str, Any]) -> 
     )
 
 
-def pareto_section(natural: pd.DataFrame | None, study: Mapping[str, Any]) -> str:
+def pareto_section(natural: pd.DataFrame | None, study: StudyInfo) -> str:
     if natural is None:
         return "No natural-prompt cell was measured."
     targets = capacity_targets(study)

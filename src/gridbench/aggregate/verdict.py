@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import pandas as pd
@@ -17,6 +17,7 @@ import pandas as pd
 from gridbench.aggregate import analysis
 from gridbench.aggregate.analysis import LOSS, TIE, WIN, Pattern, Speedup
 from gridbench.aggregate.text import and_list, num, pct, pm, ratio_text, span
+from gridbench.grid import StudyInfo
 
 MARKS = {WIN: "faster", LOSS: "slower", TIE: "tie"}
 # how many configs a line names before it counts them instead
@@ -74,7 +75,7 @@ class Finding:
 def verdict_lines(
     dataset: pd.DataFrame,
     natural: pd.DataFrame | None,
-    study: Mapping[str, object],
+    study: StudyInfo,
 ) -> list[str]:
     if analysis.measured(dataset).empty:
         lines = ["No depth cell was measured: there is nothing to compare."]
@@ -160,7 +161,7 @@ def _grouped(items: Sequence[Speedup], key: Callable[[Speedup], Hashable]) -> di
 
 
 def speculation_findings(
-    dataset: pd.DataFrame, study: Mapping[str, object], meta: Mapping[str, ConfigMeta]
+    dataset: pd.DataFrame, study: StudyInfo, meta: Mapping[str, ConfigMeta]
 ) -> list[Finding]:
     """One line per speculation method and conclusion, its draft lengths and configs merged."""
     series = [s for s in analysis.speedups(dataset, study) if s.points]
@@ -355,11 +356,8 @@ def depth_findings(dataset: pd.DataFrame) -> list[Finding]:
 # --- roofline ---------------------------------------------------------------------------
 
 
-def roofline_findings(
-    dataset: pd.DataFrame, study: Mapping[str, object], meta: Mapping[str, ConfigMeta]
-) -> list[str]:
-    hardware = study.get("hardware") or {}
-    bandwidth = hardware.get("memory_bandwidth_gb_s") if isinstance(hardware, Mapping) else None
+def roofline_findings(dataset: pd.DataFrame, study: StudyInfo, meta: Mapping[str, ConfigMeta]) -> list[str]:
+    bandwidth = study.hardware.memory_bandwidth_gb_s
     lines = analysis.rooflines(dataset, bandwidth)
     parts = []
     for kind, group in (
@@ -388,11 +386,8 @@ def roofline_findings(
 # --- natural prompts --------------------------------------------------------------------
 
 
-def capacity_targets(study: Mapping[str, object]) -> dict[str, float]:
-    capacity = study.get("capacity") or {}
-    return (
-        {k: float(v) for k, v in capacity.items() if v is not None} if isinstance(capacity, Mapping) else {}
-    )
+def capacity_targets(study: StudyInfo) -> dict[str, float]:
+    return {k: float(v) for k, v in asdict(study.capacity).items() if v is not None}
 
 
 def targets_text(targets: Mapping[str, float]) -> str:
@@ -400,7 +395,7 @@ def targets_text(targets: Mapping[str, float]) -> str:
     return " and ".join(f"{labels.get(k, k)} ≤ {num(v)} ms" for k, v in targets.items())
 
 
-def natural_findings(natural: pd.DataFrame, study: Mapping[str, object]) -> list[str]:
+def natural_findings(natural: pd.DataFrame, study: StudyInfo) -> list[str]:
     ok = analysis.measured(natural).dropna(subset=["output_tok_s"])
     lines = []
     if not ok.empty:
