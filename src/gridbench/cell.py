@@ -28,8 +28,9 @@ from typing import Any, ClassVar
 import gridbench
 from gridbench import layout, provenance
 from gridbench.engines import probe
+from gridbench.engines.events import now_iso
 from gridbench.engines.kinds import engine_kind
-from gridbench.engines.manager import EngineLease, SlotManager, now_iso
+from gridbench.engines.manager import EngineLease, SlotManager
 from gridbench.errors import (
     BenchmarkError,
     ConfigError,
@@ -247,7 +248,7 @@ class _Interrupted(BaseException):
 
 @contextlib.contextmanager
 def _signals_interrupt() -> Iterator[None]:
-    def handler(signum, _frame):
+    def handler(signum: int, _frame: object) -> None:
         raise _Interrupted(signal.Signals(signum).name)
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}

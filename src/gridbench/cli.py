@@ -10,9 +10,17 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gridbench.errors import GridbenchError
+
+if TYPE_CHECKING:  # for annotations only: a cell's start-up should not import these
+    import pandas as pd
+
+    from gridbench.assets.gguf_model import ModelShape
+    from gridbench.grid import Grid
 
 
 def _add_configfile(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +40,7 @@ def _add_configfile(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _load_grid(args: argparse.Namespace):
+def _load_grid(args: argparse.Namespace) -> Grid:
     import yaml
 
     from gridbench.grid import load_grid_files
@@ -51,14 +59,14 @@ def cmd_cells(args: argparse.Namespace) -> int:
     cells, skipped = grid.cells()
     for cell in cells:
         print(f"{cell.config}\tdepth {cell.depth}")
-    for cell in skipped:
-        print(f"{cell.config}\tdepth {cell.depth}\tskipped: {cell.reason}")
+    for skip in skipped:
+        print(f"{skip.config}\tdepth {skip.depth}\tskipped: {skip.reason}")
     cached = grid.prefix_cache_cells()
     for cell in cached:
         print(f"{cell.config}\tdepth {cell.depth} cached context")
     natural = grid.natural_cells()
-    for cell in natural:
-        print(f"{cell.config}\tnatural {cell.prompt_class} c={cell.concurrency}")
+    for level in natural:
+        print(f"{level.config}\tnatural {level.prompt_class} c={level.concurrency}")
     print(
         f"{len(cells)} llama-benchy cells scheduled, {len(skipped)} skipped, {len(cached)} with the context "
         f"cached; {len(natural)} natural cells",
@@ -160,7 +168,7 @@ def cmd_progress(args: argparse.Namespace) -> int:
     return 0
 
 
-def _grid_from_json(path: Path):
+def _grid_from_json(path: Path) -> Grid:
     from gridbench.grid import load_grid_json
 
     return load_grid_json(Path(path))
@@ -177,7 +185,7 @@ def cmd_dataset(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_counts(kind: str, frame, paths) -> None:
+def _print_counts(kind: str, frame: pd.DataFrame, paths: Sequence[Path]) -> None:
     counts = frame["status"].value_counts()
     summary = ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "failed", "skipped"))
     print(f"wrote {len(frame)} {kind} rows ({summary}) to {', '.join(map(str, paths))}")
@@ -194,7 +202,7 @@ def cmd_natural_dataset(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_frame(path: Path):
+def _read_frame(path: Path) -> pd.DataFrame:
     import pandas as pd
 
     try:
@@ -295,7 +303,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return REGRESSION_EXIT if comparison.regressed else 0
 
 
-def _warn_checks(grid, dataset, natural) -> None:
+def _warn_checks(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> None:
     """Each anomaly check that triggers, in the run's log as well as in the report's Checks."""
     from gridbench.aggregate.checks import run_checks
 
@@ -384,7 +392,7 @@ def cmd_assets_gguf(args: argparse.Namespace) -> int:
     return 0
 
 
-def _model_shape(args: argparse.Namespace):
+def _model_shape(args: argparse.Namespace) -> ModelShape:
     from gridbench.assets.gguf_model import ModelShape
 
     return ModelShape(args.n_embd, args.n_layer, args.n_ff, args.head_dim, args.n_ctx, args.n_head_kv)
@@ -633,7 +641,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(message)s")
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except GridbenchError as err:
         from gridbench.provenance import scrub
 

@@ -10,7 +10,7 @@ import copy
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from importlib import resources
@@ -35,11 +35,12 @@ FILTER_KEYS = {
 @cache
 def schema() -> dict[str, Any]:
     text = resources.files("gridbench").joinpath("data/config.schema.yaml").read_text()
-    return yaml.safe_load(text)
+    loaded: dict[str, Any] = yaml.safe_load(text)
+    return loaded
 
 
 @cache
-def _validator_class():
+def _validator_class() -> Any:  # a jsonschema validator class, made at run time
     """A 2020-12 validator that fills in schema defaults as it descends, as
     snakemake.utils.validate does (imported lazily: cells never validate)."""
     import jsonschema
@@ -47,7 +48,9 @@ def _validator_class():
     validator_class = jsonschema.Draft202012Validator
     validate_properties = validator_class.VALIDATORS["properties"]
 
-    def set_defaults(validator, properties, instance, schema_):
+    def set_defaults(
+        validator: Any, properties: dict[str, Any], instance: Any, schema_: Any
+    ) -> Iterator[Any]:
         if isinstance(instance, dict):
             for name, subschema in properties.items():
                 if "default" in subschema and name not in instance:
@@ -57,11 +60,11 @@ def _validator_class():
     return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
 
 
-def _key_path(error) -> str:
+def _key_path(error: Any) -> str:  # a jsonschema ValidationError
     return ".".join(str(part) for part in error.absolute_path) or "(top level)"
 
 
-def _explain(error) -> str:
+def _explain(error: Any) -> str:
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         return f"{error.message}; allowed keys: {', '.join(allowed)}"
@@ -79,7 +82,7 @@ def _explain(error) -> str:
         return (
             f"{error.instance!r} is not allowed; allowed values: {', '.join(map(str, error.validator_value))}"
         )
-    return error.message
+    return str(error.message)
 
 
 def _validate(document: dict[str, Any], source: str) -> None:
@@ -121,10 +124,10 @@ def load_grid_json(path: Path) -> Grid:
     return load_grid(document, str(path))
 
 
-class _StrictLoader(yaml.SafeLoader):
+class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no types
     """YAML that refuses a key given twice in one mapping (plain YAML keeps the last)."""
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
         seen = set()
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
@@ -136,7 +139,8 @@ class _StrictLoader(yaml.SafeLoader):
                     hint="names must be unique: rename or remove one of them",
                 )
             seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -321,10 +325,10 @@ class ServingConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ServingConfig:
-        def volumes(items) -> tuple[Volume, ...]:
+        def volumes(items: Iterable[Mapping[str, Any]]) -> tuple[Volume, ...]:
             return tuple(Volume(**v) for v in items)
 
-        def tupled(d: Mapping[str, Any], cls_, **extra):
+        def tupled(d: Mapping[str, Any], cls_: type[Any], **extra: Any) -> Any:
             d = dict(d)
             for key, value in list(d.items()):
                 if key == "volumes":

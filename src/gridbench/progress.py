@@ -20,10 +20,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gridbench import layout
 from gridbench.grid import Grid
+
+if TYPE_CHECKING:
+    from rich.panel import Panel
 
 # tempfile.mkdtemp's random tail of a scratch folder's name
 _SCRATCH_TAIL_CHARS = 8
@@ -385,7 +388,7 @@ def progress_line(progress: SweepProgress) -> str:
     return " | ".join([f"{head}, {describe_eta(progress)}", *map(describe_cell, progress.running)])
 
 
-def progress_panel(progress: SweepProgress):
+def progress_panel(progress: SweepProgress) -> Panel:
     """The same, as a rich renderable for a terminal: a bar of cells and a row per running cell."""
     from rich.console import Group
     from rich.panel import Panel
@@ -475,7 +478,9 @@ class WorkdirReader:
                 events.append(EngineEvent(record["config"], record["event"], at, record.get("ready_s")))
         return events
 
-    def snapshot(self, *, sweep_started_at: datetime | None = None, with_requests: bool = True):
+    def snapshot(
+        self, *, sweep_started_at: datetime | None = None, with_requests: bool = True
+    ) -> SweepProgress:
         return sweep_progress(
             self.observations(with_requests=with_requests),
             self.engine_events(),

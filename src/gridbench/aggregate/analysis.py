@@ -81,7 +81,9 @@ def cell_index(frame: pd.DataFrame) -> dict[tuple[str, int], dict[str, Any]]:
     return {(r["config"], int(r["context_tokens"])): r for r in frame.to_dict("records")}
 
 
-def measure_at(cells: Mapping[tuple[str, int], Mapping[str, Any]], config: str, depth: int, column: str):
+def measure_at(
+    cells: Mapping[tuple[str, int], Mapping[str, Any]], config: str, depth: int, column: str
+) -> Measure | None:
     """The measure of a measured cell (None when the cell is absent, failed or skipped)."""
     row = cells.get((config, depth))
     if row is None or row["status"] != "ok":
@@ -396,9 +398,12 @@ def depth_costs(frame: pd.DataFrame) -> list[DepthCost]:
     cells = cell_index(measured(frame))
     result = []
     for config in config_order(frame):
-        depths = sorted(d for c, d in cells if c == config)
-        decodes = {d: measure_at(cells, config, d, "decode_tps") for d in depths}
-        depths = [d for d in depths if decodes[d] is not None and decodes[d].mean > 0]
+        decodes = {
+            d: m
+            for d in sorted(d for c, d in cells if c == config)
+            if (m := measure_at(cells, config, d, "decode_tps")) is not None and m.mean > 0
+        }
+        depths = list(decodes)
         if len(depths) < 2:
             continue
         first, last = depths[0], depths[-1]

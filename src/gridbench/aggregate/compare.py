@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -128,9 +129,9 @@ def match_configs(before: pd.DataFrame, after: pd.DataFrame) -> list[ConfigMatch
     left_before = [n for n in names_before if n not in names_after]
     left_after = [n for n in names_after if n not in names_before]
 
-    def keys(frame: pd.DataFrame, names: Sequence[str]) -> dict[tuple, list[str]]:
+    def keys(frame: pd.DataFrame, names: Sequence[str]) -> dict[tuple[Any, ...], list[str]]:
         rows = frame.drop_duplicates("config").set_index("config")
-        found: dict[tuple, list[str]] = {}
+        found: dict[tuple[Any, ...], list[str]] = {}
         for name in names:
             key = tuple(_value(rows.at[name, column]) if column in rows else None for column in LABEL_MATCH)
             found.setdefault(key, []).append(name)
@@ -144,7 +145,7 @@ def match_configs(before: pd.DataFrame, after: pd.DataFrame) -> list[ConfigMatch
     return matches
 
 
-def _cells(frame: pd.DataFrame) -> dict[tuple[str, int], dict]:
+def _cells(frame: pd.DataFrame) -> dict[tuple[str, int], dict[str, Any]]:
     return {(r["config"], int(r["context_tokens"])): r for r in frame.to_dict("records")}
 
 

@@ -234,7 +234,8 @@ def benchy_entry(
     nulls = [m for m in required if (entries[0].get(m) or {}).get("mean") is None]
     if nulls:
         raise ResultFileError(f"llama-benchy measured no {', '.join(nulls)} (null)")
-    return entries[0]
+    entry: Mapping[str, Any] = entries[0]
+    return entry
 
 
 def measured_row(raw: Mapping[str, Any], prov: Mapping[str, Any], depth: int) -> dict[str, Any]:
@@ -392,7 +393,8 @@ def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 def plain_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """The rows as plain Python values, None for every missing one (never NaN)."""
-    return frame.astype(object).where(frame.notna(), None).to_dict("records")
+    records: list[dict[str, Any]] = frame.astype(object).where(frame.notna(), None).to_dict("records")
+    return records
 
 
 def to_json_document(frame: pd.DataFrame, versions: Mapping[str, str | None]) -> dict[str, Any]:
@@ -468,17 +470,26 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+BenchyCells = tuple[
+    dict[tuple[str, int], tuple[dict[str, Any], dict[str, Any]]],  # results: (raw, provenance)
+    dict[tuple[str, int], dict[str, Any]],  # failure records
+    dict[str, str | None],  # llama-benchy version per config
+]
+
+
 def read_benchy_cells(
     cells: Sequence[Mapping[str, Any]],
     entry: Callable[[Mapping[str, Any], int], Mapping[str, Any]] = benchy_entry,
-):
+) -> BenchyCells:
     """The files of these planned cells: (results, failures, llama-benchy version per config).
     ``entry`` finds a result's measured entry, and raises ResultFileError when it has none."""
     with collector_paused():
         return _read_benchy_cells(cells, entry)
 
 
-def _read_benchy_cells(cells: Sequence[Mapping[str, Any]], entry: Callable[[Mapping[str, Any], int], Any]):
+def _read_benchy_cells(
+    cells: Sequence[Mapping[str, Any]], entry: Callable[[Mapping[str, Any], int], Any]
+) -> BenchyCells:
     results: dict[tuple[str, int], tuple[dict[str, Any], dict[str, Any]]] = {}
     failures: dict[tuple[str, int], dict[str, Any]] = {}
     versions: dict[str, str | None] = {}

@@ -137,13 +137,20 @@ def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return dataset.typed_frame(rows, COLUMNS, integers=INTEGERS, floats=FLOATS)
 
 
-def read_natural_cells(plan: Mapping[str, Any]):
+NaturalCells = tuple[
+    dict[tuple[str, str, int], tuple[dict[str, Any], dict[str, Any]]],  # results: (raw, provenance)
+    dict[tuple[str, str, int], dict[str, Any]],  # failure records
+]
+
+
+def read_natural_cells(plan: Mapping[str, Any]) -> NaturalCells:
     with dataset.collector_paused():
         return _read_natural_cells(plan)
 
 
-def _read_natural_cells(plan: Mapping[str, Any]):
-    results, failures = {}, {}
+def _read_natural_cells(plan: Mapping[str, Any]) -> NaturalCells:
+    results: dict[tuple[str, str, int], tuple[dict[str, Any], dict[str, Any]]] = {}
+    failures: dict[tuple[str, str, int], dict[str, Any]] = {}
     for cell in plan["cells"]:
         key = (cell["config"], cell["prompt_class"], cell["concurrency"])
         try:

@@ -128,7 +128,9 @@ def _no_data(ax: Axes, why: str) -> None:
     ax.set_yticks([])
 
 
-def _figure(title: str, ncols: int = 1, nrows: int = 1, size=SIZE) -> tuple[Figure, list[Axes]]:
+def _figure(
+    title: str, ncols: int = 1, nrows: int = 1, size: tuple[float, float] = SIZE
+) -> tuple[Figure, list[Axes]]:
     fig = Figure(figsize=size, dpi=DPI, layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel().tolist()
     fig.suptitle(title)
@@ -137,7 +139,7 @@ def _figure(title: str, ncols: int = 1, nrows: int = 1, size=SIZE) -> tuple[Figu
     return fig, axes
 
 
-def _bars_not_below_zero(err: pd.Series, values: pd.Series, log: bool):
+def _bars_not_below_zero(err: pd.Series, values: pd.Series, log: bool) -> pd.Series | list[pd.Series]:
     """Error bars clipped at the axis floor on a log scale (a bar below 0 cannot be drawn)."""
     if not log:
         return err
@@ -290,7 +292,7 @@ def _log_ratio_axis(ax: Axes, ratios: list[float]) -> None:
     ax.set_ylim(low, high)
 
 
-def _log_axis(ax: Axes, subs=(1.0, 2.0, 5.0)) -> None:
+def _log_axis(ax: Axes, subs: tuple[float, ...] = (1.0, 2.0, 5.0)) -> None:
     """Log y with plain-number ticks (200, 500, 1000) rather than powers of ten alone."""
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))

@@ -36,6 +36,7 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -178,7 +179,7 @@ def dflash_tensors(
     return tensors
 
 
-def qwen3_config(shape: LlamaShape) -> dict:
+def qwen3_config(shape: LlamaShape) -> dict[str, Any]:
     """config.json of the target: hf_model's Llama config (the vocabulary's special ids)
     retyped as a Qwen3 of the padded vocabulary, stored in BF16."""
     n_vocab, _mask = vocab_layout()
@@ -201,7 +202,7 @@ def qwen3_config(shape: LlamaShape) -> dict:
 
 def dflash_config(
     target_shape: LlamaShape, draft_layers: int = DRAFT_LAYERS, block_size: int = BLOCK_SIZE
-) -> dict:
+) -> dict[str, Any]:
     """config.json of the draft, shaped as z-lab's Qwen3 DFlash drafts: a Qwen3 config of the
     draft's depth, ``DFlashDraftModel``, and ``dflash_config`` (mask token, tapped layers)."""
     _n_vocab, mask_token_id = vocab_layout()

@@ -125,7 +125,9 @@ def vocab() -> tuple[list[str], list[float], list[int], int, int]:
     return tokens, scores, types, first_word, paris_id
 
 
-def shared_weights(n_vocab: int, n_embd: int, first_word: int, paris_id: int):
+def shared_weights(
+    n_vocab: int, n_embd: int, first_word: int, paris_id: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Embedding and output matrices: drawn from seed 0 whatever the layer shape, so a
     draft and its target agree on them."""
     rng = np.random.default_rng(0)
@@ -161,7 +163,8 @@ def random_matrix(seed: tuple[int, ...], shape: tuple[int, int], std: float) -> 
 
     def make(dtype: type[np.floating]) -> np.ndarray:
         levels = np.random.default_rng(seed).integers(0, 256, size=shape, dtype=np.uint8)
-        return (_UNIT_LEVELS * std).astype(dtype)[levels]
+        values: np.ndarray = (_UNIT_LEVELS * std).astype(dtype)[levels]
+        return values
 
     return make
 

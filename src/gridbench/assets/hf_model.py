@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
@@ -108,7 +109,7 @@ def llama_weights(shape: LlamaShape, seed: int) -> dict[str, np.ndarray]:
     return tensors
 
 
-def llama_config(shape: LlamaShape) -> dict:
+def llama_config(shape: LlamaShape) -> dict[str, Any]:
     ids, allowed = _token_ids()
     return {
         "architectures": ["LlamaForCausalLM"],

@@ -13,8 +13,10 @@ model needs a few hundred MB of memory.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -77,7 +79,7 @@ def to_hf_rotary(weight: np.ndarray, heads: int) -> np.ndarray:
     return weight.reshape(heads, half, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
-def hf_config(shape: ModelShape) -> dict:
+def hf_config(shape: ModelShape) -> dict[str, Any]:
     """config.json of the checkpoint: the GGUF's shape, rope and vocabulary, stored in BF16."""
     llama_shape = LlamaShape(
         hidden=shape.n_embd,
@@ -91,7 +93,7 @@ def hf_config(shape: ModelShape) -> dict:
     return llama_config(llama_shape) | {"torch_dtype": "bfloat16", "rope_theta": ROPE_THETA}
 
 
-def shape_of(config: dict) -> ModelShape:
+def shape_of(config: Mapping[str, Any]) -> ModelShape:
     return ModelShape(
         n_embd=config["hidden_size"],
         n_layer=config["num_hidden_layers"],

@@ -103,7 +103,8 @@ def _port_free(host: str, port: int) -> bool:
 def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def api_key(cfg: ServingConfig) -> str | None:

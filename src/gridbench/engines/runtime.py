@@ -347,7 +347,8 @@ class DockerRuntime:
         container = self._container(handle)
         if container is None:
             return _tail(handle.log_path, lines)
-        return container.logs(tail=lines).decode(errors="replace")
+        logs: bytes = container.logs(tail=lines)
+        return logs.decode(errors="replace")
 
     def stop(self, handle: RuntimeHandle, grace_s: float = 15.0) -> None:
         container = self._container(handle)

@@ -205,7 +205,7 @@ def _tee(stream: IO[bytes], last_lines: deque[str]) -> None:
             last_lines.append(line.decode(errors="replace").strip())
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
@@ -326,4 +326,4 @@ def check_result(
                 f"{wrong or 'fewer requests than runs'}",
                 hint="the engine ignored min_tokens/ignore_eos; check its version and flags",
             )
-    return entry
+    return dict(entry)

@@ -114,7 +114,9 @@ def harness_processes(setting: int | str, concurrency: int, cpus: int | None) ->
     return max(1, min(int(setting), concurrency))
 
 
-def level_plan(settings: NaturalSettings, prompt: str, concurrency: int, extra_body: Mapping[str, Any]):
+def level_plan(
+    settings: NaturalSettings, prompt: str, concurrency: int, extra_body: Mapping[str, Any]
+) -> LevelPlan:
     return LevelPlan(
         prompt=prompt,
         concurrency=concurrency,
@@ -201,7 +203,7 @@ async def stream_request(
     return trace(OK)
 
 
-async def _on_request_sent(_session, context, _params) -> None:
+async def _on_request_sent(_session: Any, context: Any, _params: Any) -> None:  # aiohttp's trace hook
     # aiohttp holds the headers back and writes them with the body, from a task of its own:
     # the clock starts as the body is written, not when the headers were only buffered
     context.trace_request_ctx["ns"] = time.perf_counter_ns()

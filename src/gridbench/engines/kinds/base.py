@@ -38,7 +38,8 @@ class EngineKind(ABC):
         if status != 200:
             return None
         try:
-            return json.loads(body).get(self.version_key)
+            version = json.loads(body).get(self.version_key)
+            return None if version is None else str(version)
         except (json.JSONDecodeError, AttributeError):
             return None
 
