@@ -18,7 +18,7 @@ import re
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 
@@ -470,49 +470,62 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-BenchyCells = tuple[
-    dict[tuple[str, int], tuple[dict[str, Any], dict[str, Any]]],  # results: (raw, provenance)
-    dict[tuple[str, int], dict[str, Any]],  # failure records
-    dict[str, str | None],  # llama-benchy version per config
+CellKey = TypeVar("CellKey", bound=tuple[Any, ...])
+RawCells = tuple[
+    dict[CellKey, tuple[dict[str, Any], dict[str, Any]]],  # results: (raw, provenance)
+    dict[CellKey, dict[str, Any]],  # failure records
 ]
+
+
+def read_cells(
+    cells: Sequence[Mapping[str, Any]],
+    key: Callable[[Mapping[str, Any]], CellKey],
+    check: Callable[[Mapping[str, Any], Mapping[str, Any]], object],
+) -> RawCells[CellKey]:
+    """The files of planned cells, depth and natural alike: each cell's result with its
+    provenance, or its failure record. ``check(raw, cell)`` raises ResultFileError for a
+    result that is not this cell's (a foreign file must not pass as a result)."""
+    results: dict[CellKey, tuple[dict[str, Any], dict[str, Any]]] = {}
+    failures: dict[CellKey, dict[str, Any]] = {}
+    with collector_paused():
+        for cell in cells:
+            name = key(cell)
+            try:
+                raw = load_json(Path(cell["raw"]))
+                prov = load_json(Path(cell["provenance"]))
+                if raw is not None and prov is not None:
+                    check(raw, cell)
+                    results[name] = (raw, prov)
+                    continue
+            except ResultFileError as err:
+                failures[name] = unreadable(cell["raw"], err)
+                continue
+            failure = load_json(Path(cell["failure"])) if cell.get("failure") else None
+            if failure:
+                failures[name] = failure
+            elif raw is not None:
+                failures[name] = {
+                    "reason": f"{cell['provenance']} is missing; rerun the workflow to redo the cell"
+                }
+    return results, failures
 
 
 def read_benchy_cells(
     cells: Sequence[Mapping[str, Any]],
     entry: Callable[[Mapping[str, Any], int], Mapping[str, Any]] = benchy_entry,
-) -> BenchyCells:
+) -> tuple[
+    dict[tuple[str, int], tuple[dict[str, Any], dict[str, Any]]],
+    dict[tuple[str, int], dict[str, Any]],
+    dict[str, str | None],
+]:
     """The files of these planned cells: (results, failures, llama-benchy version per config).
     ``entry`` finds a result's measured entry, and raises ResultFileError when it has none."""
-    with collector_paused():
-        return _read_benchy_cells(cells, entry)
-
-
-def _read_benchy_cells(
-    cells: Sequence[Mapping[str, Any]], entry: Callable[[Mapping[str, Any], int], Any]
-) -> BenchyCells:
-    results: dict[tuple[str, int], tuple[dict[str, Any], dict[str, Any]]] = {}
-    failures: dict[tuple[str, int], dict[str, Any]] = {}
+    results, failures = read_cells(
+        cells, lambda cell: (cell["config"], cell["depth"]), lambda raw, cell: entry(raw, cell["depth"])
+    )
     versions: dict[str, str | None] = {}
-    for cell in cells:
-        key = (cell["config"], cell["depth"])
-        try:
-            raw = load_json(Path(cell["raw"]))
-            prov = load_json(Path(cell["provenance"]))
-            if raw is not None and prov is not None:
-                entry(raw, cell["depth"])  # a foreign file must not pass as a result
-                results[key] = (raw, prov)
-                versions.setdefault(cell["config"], raw.get("version"))
-                continue
-        except ResultFileError as err:
-            failures[key] = unreadable(cell["raw"], err)
-            continue
-        failure = load_json(Path(cell["failure"])) if cell.get("failure") else None
-        if failure:
-            failures[key] = failure
-        elif raw is not None:
-            failures[key] = {
-                "reason": f"{cell['provenance']} is missing; rerun the workflow to redo the cell"
-            }
+    for (config, _), (raw, _) in results.items():
+        versions.setdefault(config, raw.get("version"))
     return results, failures, versions
 
 

@@ -137,40 +137,12 @@ def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return dataset.typed_frame(rows, COLUMNS, integers=INTEGERS, floats=FLOATS)
 
 
-NaturalCells = tuple[
-    dict[tuple[str, str, int], tuple[dict[str, Any], dict[str, Any]]],  # results: (raw, provenance)
-    dict[tuple[str, str, int], dict[str, Any]],  # failure records
-]
-
-
-def read_natural_cells(plan: Mapping[str, Any]) -> NaturalCells:
-    with dataset.collector_paused():
-        return _read_natural_cells(plan)
-
-
-def _read_natural_cells(plan: Mapping[str, Any]) -> NaturalCells:
-    results: dict[tuple[str, str, int], tuple[dict[str, Any], dict[str, Any]]] = {}
-    failures: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for cell in plan["cells"]:
-        key = (cell["config"], cell["prompt_class"], cell["concurrency"])
-        try:
-            raw = dataset.load_json(Path(cell["raw"]))
-            prov = dataset.load_json(Path(cell["provenance"]))
-            if raw is not None and prov is not None:
-                check_raw(raw, cell)
-                results[key] = (raw, prov)
-                continue
-        except ResultFileError as err:
-            failures[key] = dataset.unreadable(cell["raw"], err)
-            continue
-        failure = dataset.load_json(Path(cell["failure"]))
-        if failure:
-            failures[key] = failure
-        elif raw is not None:
-            failures[key] = {
-                "reason": f"{cell['provenance']} is missing; rerun the workflow to redo the cell"
-            }
-    return results, failures
+def read_natural_cells(
+    plan: Mapping[str, Any],
+) -> dataset.RawCells[tuple[str, str, int]]:
+    return dataset.read_cells(
+        plan["cells"], lambda cell: (cell["config"], cell["prompt_class"], cell["concurrency"]), check_raw
+    )
 
 
 def build_from_plan(plan: Mapping[str, Any], *, csv: Path, parquet: Path) -> pd.DataFrame:
