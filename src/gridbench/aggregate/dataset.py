@@ -24,7 +24,7 @@ import pandas as pd
 
 from gridbench.errors import ResultFileError
 from gridbench.files import atomic_write_bytes, atomic_write_text
-from gridbench.harness.benchy import CACHED_REQUIRED_METRICS, REQUIRED_METRICS
+from gridbench.harness.benchy import CACHED_REQUIRED_METRICS, REQUIRED_METRICS, entries_at
 
 log = logging.getLogger(__name__)
 
@@ -224,11 +224,7 @@ def benchy_entry(
     """llama-benchy's measured entry for ``depth`` (not the prefix-cache context phase)."""
     if not isinstance(raw, Mapping) or not isinstance(raw.get("benchmarks"), list):
         raise ResultFileError("not a llama-benchy result (no 'benchmarks' list)")
-    entries = [
-        b
-        for b in raw["benchmarks"]
-        if b.get("context_size") == depth and not b.get("is_context_prefill_phase")
-    ]
+    entries, _ = entries_at(raw, depth)
     if len(entries) != 1:
         raise ResultFileError(f"{len(entries)} llama-benchy results for depth {depth}, expected 1")
     nulls = [m for m in required if (entries[0].get(m) or {}).get("mean") is None]

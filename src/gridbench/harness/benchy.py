@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -246,6 +247,14 @@ class BurstError(RetryableError):
     generated (a loaded machine), though no request failed."""
 
 
+def entries_at(result: Mapping[str, Any], depth: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """llama-benchy's entries for ``depth``: the measured ones, and the context-load phases
+    that its --enable-prefix-caching mode runs before them."""
+    at_depth = [b for b in result.get("benchmarks", []) if b.get("context_size") == depth]
+    loads = [b for b in at_depth if b.get("is_context_prefill_phase")]
+    return [b for b in at_depth if not b.get("is_context_prefill_phase")], loads
+
+
 def check_result(
     result: dict[str, Any],
     progress: list[dict[str, Any]],
@@ -261,9 +270,7 @@ def check_result(
     have no failed request and, with exact-tg, exactly tg generated tokens per request. A
     prefix-cache cell must also hold the context-load phase: without it the entry would be
     a cold measurement; its required metric is the time to first token alone."""
-    entries = [b for b in result.get("benchmarks", []) if b.get("context_size") == depth]
-    loads = [b for b in entries if b.get("is_context_prefill_phase")]
-    entries = [b for b in entries if not b.get("is_context_prefill_phase")]
+    entries, loads = entries_at(result, depth)
     if len(entries) != 1:
         raise BenchmarkError(f"{what}: llama-benchy reported {len(entries)} results for depth {depth}")
     if prefix_cache and len(loads) != 1:
