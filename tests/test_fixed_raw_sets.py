@@ -1,10 +1,11 @@
-"""Behaviour on fixed raw sets: each committed study's dataset, natural dataset and report are
-exactly what `gridbench finalize` builds from that study's raw files today.
+"""Behaviour on fixed raw sets: each committed study's dataset, natural dataset and report, and
+those of one demo sweep (tests/fixtures/demo_run: llama.cpp on the CPU, with the prefix-cache
+pass), are exactly what `gridbench finalize` builds from their raw files today.
 
-The raw files are real measurements (the H200 studies) that no refactoring may reinterpret: a
-change that alters a derived value, a column or a line of the report fails here. A deliberate
-change re-renders the studies (`gridbench finalize --grid grid.json --outdir .` in each study's
-folder) and is reviewed in the diff.
+The raw files are real measurements that no refactoring may reinterpret: a change that alters a
+derived value, a column or a line of the report fails here. A deliberate change re-renders
+them (`gridbench finalize --grid grid.json --outdir .` in each folder) and is reviewed in the
+diff.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from gridbench.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 STUDIES = sorted(path.parent for path in (REPO / "studies").glob("*/grid.json"))
+RAW_SETS = [*STUDIES, REPO / "tests/fixtures/demo_run"]
 # the text outputs: the parquet files and graphs are binary renderings of the same frames
 OUTPUTS = (layout.DATASET_CSV, layout.DATASET_JSON, layout.NATURAL_CSV, layout.REPORT)
 
@@ -27,7 +29,7 @@ def test_every_committed_study_is_covered():
     assert {study.name for study in STUDIES} >= {"h200-llamacpp", "h200-vllm"}
 
 
-@pytest.mark.parametrize("study", STUDIES, ids=lambda path: path.name)
+@pytest.mark.parametrize("study", RAW_SETS, ids=lambda path: path.name)
 def test_a_study_rebuilds_from_its_raw_files_unchanged(study, tmp_path, monkeypatch):
     shutil.copytree(study / "results", tmp_path / "results")
     shutil.copy(study / "grid.json", tmp_path / "grid.json")
