@@ -24,15 +24,21 @@ MARK="# Written by gridbench's scripts/start_slurm.sh"
 NODE="$(hostname -s)"
 
 stop() {
-    for daemon in slurmd slurmctld munged; do
-        pidfile="$STATE/$daemon.pid"
-        [ "$daemon" = munged ] && pidfile=/run/munge/munged.pid
-        pid="$(cat "$pidfile" 2>/dev/null || true)"
-        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-            kill "$pid"
-            for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        fi
-    done
+    # The daemons of a cluster this script started, from this checkout or from another one
+    # whose state folder (and pid files) may be gone: they read the config it wrote, so
+    # while that config is ours they are ours, found by name. Left running, they kept the
+    # ports, the new daemons could not start, and jobs failed writing to the lost folder.
+    if [ -e "$CONF" ] && grep -qF "$MARK" "$CONF"; then
+        for daemon in slurmd slurmctld; do
+            pkill -x "$daemon" || true
+            for _ in $(seq 1 50); do pgrep -x "$daemon" >/dev/null || break; sleep 0.1; done
+        done
+    fi
+    pid="$(cat /run/munge/munged.pid 2>/dev/null || true)"
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        kill "$pid"
+        for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fi
 }
 # grep -c reads all of sinfo's output: with pipefail, grep -q's early exit can fail the pipe
 node_up() { sinfo -h -o %T 2>/dev/null | grep -Ec '^(idle|mixed|allocated)' >/dev/null; }
