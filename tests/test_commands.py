@@ -98,7 +98,7 @@ def test_llamacpp_draft_model_flags():
         "--spec-draft-n-max",
         "4",
         "--threads",
-        "2",
+        "1",
     ]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from gridbench.engines import probe
@@ -31,6 +31,11 @@ class EngineKind(ABC):
     @abstractmethod
     def serve_args(self, cfg: ServingConfig, host: str, port: int) -> list[str]:
         """The serve flags after the engine's command prefix; pure."""
+
+    def cpu_threads(self, args: Sequence[str]) -> int | None:
+        """The compute threads that these serve flags give it on a CPU, or None where they do not
+        say (or the kind has no such flag)."""
+        return None
 
     def version(self, base_url: str, headers: Mapping[str, str] | None = None) -> str | None:
         """The version the running server reports, or None."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gridbench.engines.kinds.base import EngineKind
@@ -73,6 +74,19 @@ class LlamaCpp(EngineKind):
             length_flag = DRAFT_LENGTH_FLAGS.get(spec.method, "--spec-draft-n-max")
             args += [length_flag, str(spec.num_speculative_tokens)]
         return args + list(cfg.serve_args)
+
+    def cpu_threads(self, args: Sequence[str]) -> int | None:
+        """-t/--threads N (or --threads=N); the last one given wins, as in llama-server."""
+        threads = None
+        for flag, value in zip(args, [*args[1:], None], strict=False):
+            if flag in ("-t", "--threads") and value is not None:
+                threads = value
+            elif flag.startswith("--threads="):
+                threads = flag.split("=", 1)[1]
+        try:
+            return None if threads is None else int(threads)
+        except ValueError:
+            return None  # llama-server itself refuses it, with its own message
 
 
 KIND = LlamaCpp()
