@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # for annotations only: a cell's start-up should not import t
     import pandas as pd
 
     from gridbench.assets.gguf_model import ModelShape
-    from gridbench.grid import Grid
+    from gridbench.grid import Grid, StudyInfo
 
 
 def _add_configfile(parser: argparse.ArgumentParser) -> None:
@@ -174,14 +174,17 @@ def _grid_from_json(path: Path) -> Grid:
     return load_grid_json(Path(path))
 
 
-def cmd_dataset(args: argparse.Namespace) -> int:
+def _write_depth_dataset(grid: Grid, csv: Path, json_path: Path, parquet: Path) -> pd.DataFrame:
     from gridbench.aggregate.dataset import build_from_plan
     from gridbench.plan import benchy_plan
 
-    frame = build_from_plan(
-        benchy_plan(_grid_from_json(args.grid)), csv=args.csv, json_path=args.json, parquet=args.parquet
-    )
-    _print_counts("depth", frame, [args.csv, args.json, args.parquet])
+    frame = build_from_plan(benchy_plan(grid), csv=csv, json_path=json_path, parquet=parquet)
+    _print_counts("depth", frame, [csv, json_path, parquet])
+    return frame
+
+
+def cmd_dataset(args: argparse.Namespace) -> int:
+    _write_depth_dataset(_grid_from_json(args.grid), args.csv, args.json, args.parquet)
     return 0
 
 
@@ -193,12 +196,17 @@ def _print_counts(kind: str, frame: pd.DataFrame, paths: Sequence[Path]) -> None
         print(f"PARTIAL: {counts['failed']} {kind} cells failed; their rows carry the reason")
 
 
-def cmd_natural_dataset(args: argparse.Namespace) -> int:
+def _write_natural_dataset(grid: Grid, csv: Path, parquet: Path) -> pd.DataFrame:
     from gridbench.aggregate.natural import build_from_plan
     from gridbench.plan import natural_plan
 
-    frame = build_from_plan(natural_plan(_grid_from_json(args.grid)), csv=args.csv, parquet=args.parquet)
-    _print_counts("natural-prompt", frame, [args.csv, args.parquet])
+    frame = build_from_plan(natural_plan(grid), csv=csv, parquet=parquet)
+    _print_counts("natural-prompt", frame, [csv, parquet])
+    return frame
+
+
+def cmd_natural_dataset(args: argparse.Namespace) -> int:
+    _write_natural_dataset(_grid_from_json(args.grid), args.csv, args.parquet)
     return 0
 
 
@@ -227,32 +235,39 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_report(args: argparse.Namespace) -> int:
-    import os
-
+def _write_report(
+    grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None, graphs: Sequence[Path], out: Path
+) -> None:
     from gridbench.aggregate.report import is_partial, render_report
     from gridbench.files import atomic_write_text
 
-    grid = _grid_from_json(args.grid)
-    dataset = _read_frame(args.dataset)
-    natural = _read_frame(args.natural) if args.natural else None
-    links = [Path(os.path.relpath(g, args.out.parent)).as_posix() for g in args.graphs]
-    atomic_write_text(args.out, render_report(grid, dataset, natural, links))
+    links = [Path(os.path.relpath(g, out.parent)).as_posix() for g in graphs]
+    atomic_write_text(out, render_report(grid, dataset, natural, links))
     _warn_checks(grid, dataset, natural)
-    print(f"wrote {args.out}{' (PARTIAL: some cells failed)' if is_partial(dataset, natural) else ''}")
+    print(f"wrote {out}{' (PARTIAL: some cells failed)' if is_partial(dataset, natural) else ''}")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    natural = _read_frame(args.natural) if args.natural else None
+    _write_report(_grid_from_json(args.grid), _read_frame(args.dataset), natural, args.graphs, args.out)
     return 0
 
 
-def cmd_explorer(args: argparse.Namespace) -> int:
+def _write_explorer(out: Path, dataset: pd.DataFrame, natural: pd.DataFrame | None, study: StudyInfo) -> None:
     from gridbench.aggregate.explorer import write_explorer
+
+    data = write_explorer(out, dataset, natural, study)
+    cells = len(data.depth) + len(data.natural)
+    print(f"wrote {out} ({len(data.configs)} configs, {cells} measured cells)")
+
+
+def cmd_explorer(args: argparse.Namespace) -> int:
     from gridbench.grid import StudyInfo
 
     # a study copied back without its grid file still gets an explorer: baselines are then inferred
     study = _grid_from_json(args.grid).study if args.grid else StudyInfo()
     natural = _read_frame(args.natural) if args.natural else None
-    data = write_explorer(args.out, _read_frame(args.dataset), natural, study)
-    cells = len(data.depth) + len(data.natural)
-    print(f"wrote {args.out} ({len(data.configs)} configs, {cells} measured cells)")
+    _write_explorer(args.out, _read_frame(args.dataset), natural, study)
     return 0
 
 
@@ -272,8 +287,6 @@ def _study_dataset(folder: Path) -> Path:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    import os
-
     from gridbench.aggregate.compare import compare_studies, render_comparison, write_ratio_graphs
     from gridbench.files import atomic_write_text
 
@@ -313,41 +326,25 @@ def _warn_checks(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None
 
 
 def cmd_finalize(args: argparse.Namespace) -> int:
-    """Dataset, graphs and report from whatever cells exist (the workflow's end, also on error)."""
-    import os
-
+    """Dataset, graphs and report from whatever cells exist (the workflow's end, also on error):
+    the aggregate rules' steps, in one process."""
     from gridbench import layout
-    from gridbench.aggregate import dataset, natural, plots
-    from gridbench.aggregate.explorer import write_explorer
-    from gridbench.aggregate.report import is_partial, render_report
-    from gridbench.files import atomic_write_text
-    from gridbench.plan import benchy_plan, natural_plan
+    from gridbench.aggregate import plots
 
     grid = _grid_from_json(args.grid)
     root = args.outdir
-    depth_frame = dataset.build_from_plan(
-        benchy_plan(grid),
-        csv=root / layout.DATASET_CSV,
-        json_path=root / layout.DATASET_JSON,
-        parquet=root / layout.DATASET_PARQUET,
+    depth = _write_depth_dataset(
+        grid, root / layout.DATASET_CSV, root / layout.DATASET_JSON, root / layout.DATASET_PARQUET
     )
-    figures = plots.depth_figures(depth_frame, grid.study)
-    natural_frame = None
+    figures = plots.depth_figures(depth, grid.study)
+    natural = None
     if grid.natural:
-        natural_frame = natural.build_from_plan(
-            natural_plan(grid), csv=root / layout.NATURAL_CSV, parquet=root / layout.NATURAL_PARQUET
-        )
-        figures.update(plots.natural_figures(natural_frame))
+        natural = _write_natural_dataset(grid, root / layout.NATURAL_CSV, root / layout.NATURAL_PARQUET)
+        figures.update(plots.natural_figures(natural))
     graphs = plots.save(figures, root / Path(layout.GRAPH).parent)
-    report = root / layout.REPORT
-    links = [Path(os.path.relpath(g, report.parent)).as_posix() for g in graphs]
-    atomic_write_text(report, render_report(grid, depth_frame, natural_frame, links))
-    explorer = root / layout.EXPLORER
-    write_explorer(explorer, depth_frame, natural_frame, grid.study)
-    _warn_checks(grid, depth_frame, natural_frame)
-    partial = is_partial(depth_frame, natural_frame)
-    marker = " (PARTIAL: some cells failed)" if partial else ""
-    print(f"wrote the dataset, {len(graphs)} graphs, {report} and {explorer}{marker}")
+    print(f"wrote {len(graphs)} graphs to {root / Path(layout.GRAPH).parent}")
+    _write_report(grid, depth, natural, graphs, root / layout.REPORT)
+    _write_explorer(root / layout.EXPLORER, depth, natural, grid.study)
     return 0
 
 
