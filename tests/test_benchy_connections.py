@@ -17,8 +17,8 @@ import pytest
 from conftest import REPO, free_port, load_yaml
 from gridbench.engines.kinds import KINDS
 from gridbench.engines.manager import SlotManager
-from gridbench.grid import load_grid
 from gridbench.harness import benchy
+from gridbench.loading import load_grid
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,8 @@ import pytest
 from conftest import REPO, free_port, load_yaml
 from gridbench.engines.manager import SlotManager
 from gridbench.errors import EngineStartError, EngineTimeoutError, ImageNotFoundError, PortInUseError
-from gridbench.grid import Grid, load_grid
+from gridbench.grid import Grid
+from gridbench.loading import load_grid
 
 pytestmark = pytest.mark.integration
 CPU_IMAGE = "local/gridbench-llamacpp-cpu:latest"

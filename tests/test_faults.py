@@ -16,7 +16,8 @@ from gridbench.cell import write_context
 from gridbench.engines.manager import SlotManager
 from gridbench.errors import SlotBusyError
 from gridbench.files import atomic_write_json
-from gridbench.grid import Grid, load_grid
+from gridbench.grid import Grid
+from gridbench.loading import load_grid
 
 pytestmark = pytest.mark.integration
 FAULT_ENGINE = [sys.executable, str(REPO / "tests/fault_engine.py")]

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO, load_yaml, write_config
 from gridbench.errors import ConfigError
-from gridbench.grid import load_grid
+from gridbench.loading import load_grid
 from test_workflow import events, snakemake
 
 STUDY = REPO / "config/studies/qwen36-35b-a3b-dflash.yaml"
@@ -70,7 +70,7 @@ def test_seed_000_study_dry_runs_as_48_natural_cells(tmp_path):
 
 def test_seed_000_study_is_the_seed_setup():
     from gridbench.engines.describe import describe_launch
-    from gridbench.grid import load_grid_files
+    from gridbench.loading import load_grid_files
 
     grid = load_grid_files([STUDY])
     assert grid.depths == ()

@@ -17,9 +17,10 @@ import pytest
 from conftest import REPO, load_yaml, write_config
 from gridbench import layout, progress
 from gridbench.errors import ConfigError
-from gridbench.grid import Grid, load_grid
+from gridbench.grid import Grid
 from gridbench.harness.natural import progress_file
 from gridbench.harness.stats import RequestTrace
+from gridbench.loading import load_grid
 from gridbench.progress import (
     EngineEvent,
     Follower,

@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, load_yaml, write_config
 from gridbench.engines.manager import SlotManager
 from gridbench.errors import ConfigError
-from gridbench.grid import load_grid
+from gridbench.loading import load_grid
 from test_workflow import in_runtime, snakemake
 
 pytestmark = pytest.mark.integration

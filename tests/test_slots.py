@@ -13,7 +13,8 @@ import pytest
 from conftest import REPO, free_port, load_yaml
 from gridbench.engines.manager import SlotManager
 from gridbench.errors import SlotBusyError
-from gridbench.grid import Grid, load_grid
+from gridbench.grid import Grid
+from gridbench.loading import load_grid
 
 pytestmark = pytest.mark.integration
 
