@@ -1,6 +1,8 @@
-"""The engine check's rule for CPU engines: a core is left for the benchmark client."""
+"""The engine check: the file it writes, and its rule for CPU engines: a core is left for the client."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -8,7 +10,7 @@ from conftest import REPO
 from gridbench.engines.kinds import engine_kind
 from gridbench.engines.preflight import check_engine
 from gridbench.errors import EngineStartError
-from gridbench.grid import load_grid, load_grid_files
+from gridbench.loading import load_grid, load_grid_files
 
 
 @pytest.fixture
@@ -26,7 +28,16 @@ def test_a_cpu_engine_given_every_core_fails_its_check_with_what_to_give_it(demo
     assert err.value.hint == "give it at most 1 threads (--threads in its extra_args)"
 
     demo_config["engines"]["llamacpp"]["extra_args"] = ["--threads", "1"]
-    assert check_engine(load_grid(demo_config, "test"), "llamacpp")["configs"][0] == "D_f16_n0"
+    assert check_engine(load_grid(demo_config, "test"), "llamacpp").configs[0] == "D_f16_n0"
+
+
+def test_the_check_file_names_the_engine_its_image_and_its_configs(demo_config, two_cores):
+    check = check_engine(load_grid(demo_config, "test"), "llamacpp")
+    record = json.loads(json.dumps(check.to_json()))
+    keys = ["engine", "runtime", "image", "image_id", "image_digest", "command", "configs"]
+    assert list(record) == keys  # the file's keys, in the order they had as a plain dict
+    assert record["engine"] == "llamacpp" and record["runtime"] == check.runtime == "process"
+    assert record["command"] == list(check.image.command or ()) and record["configs"] == list(check.configs)
 
 
 def test_a_config_of_its_own_can_take_every_core_and_is_named(demo_config, two_cores):

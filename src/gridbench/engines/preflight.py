@@ -8,16 +8,36 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gridbench.engines.kinds import engine_kind
-from gridbench.engines.runtime import runtime_for
+from gridbench.engines.runtime import ImageInfo, runtime_for
 from gridbench.errors import EngineStartError
 from gridbench.grid import Grid, ServingConfig
 
 
-def check_engine(grid: Grid, engine: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class EngineCheck:
+    """An engine that passed its check: what it runs, and the configs that use it."""
+
+    engine: str
+    runtime: str
+    image: ImageInfo
+    configs: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The check's file (results/preflight/<engine>.json): the image's fields inline."""
+        return {
+            "engine": self.engine,
+            "runtime": self.runtime,
+            **self.image.to_json(),
+            "configs": list(self.configs),
+        }
+
+
+def check_engine(grid: Grid, engine: str) -> EngineCheck:
     configs = [c for c in grid.selected() if c.engine.name == engine]
     if not configs:
         raise EngineStartError(f"engine {engine}: no selected config uses it")
@@ -40,12 +60,12 @@ def check_engine(grid: Grid, engine: str) -> dict[str, Any]:
             f"(mounted by {', '.join(users)})",
             hint="put the files there or fix the volumes' host paths in the config",
         )
-    return {
-        "engine": engine,
-        "runtime": first.engine.runtime,
-        **image.to_json(),
-        "configs": [c.name for c in configs],
-    }
+    return EngineCheck(
+        engine=engine,
+        runtime=first.engine.runtime,
+        image=image,
+        configs=tuple(c.name for c in configs),
+    )
 
 
 def _check_a_core_is_left(engine: str, configs: list[ServingConfig]) -> None:

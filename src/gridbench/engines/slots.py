@@ -9,7 +9,7 @@ One host-wide directory (``GRIDBENCH_SLOT_DIR``) holds, per slot:
 
 and ``select.lock``, held while a cell surveys the slots and picks its own. This module only
 reads and writes them; which slots a cell gets is policy.py's, starting and stopping engines
-manager.py's. The JSON shapes are those the slot files had when they were plain dicts, so a
+lifecycle.py's. The JSON shapes are those the slot files had when they were plain dicts, so a
 sweep that runs while gridbench is upgraded reads its engines back.
 """
 
@@ -57,18 +57,14 @@ class OwnedEngine:
 
     @classmethod
     def owned_from_json(cls, data: Mapping[str, Any]) -> OwnedEngine:
-        return OwnedEngine(**_owned_fields(data))
-
-
-def _owned_fields(data: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "owner": data["owner"],
-        "owner_process": data.get("owner_process"),
-        "config": data["config"],
-        "fingerprint": data["fingerprint"],
-        "slots": tuple(data["slots"]),
-        "handle": handle_from_json(data["handle"]),
-    }
+        return OwnedEngine(
+            owner=data["owner"],
+            owner_process=data.get("owner_process"),
+            config=data["config"],
+            fingerprint=data["fingerprint"],
+            slots=tuple(data["slots"]),
+            handle=handle_from_json(data["handle"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -98,8 +94,14 @@ class SlotState(OwnedEngine):
     @classmethod
     def from_json(cls, data: Mapping[str, Any], slot: str) -> SlotState:
         """The record read from slot ``slot``'s file (which names no slots if it predates them)."""
+        owned = OwnedEngine.owned_from_json({"slots": [slot], **data})
         return cls(
-            **_owned_fields({"slots": [slot], **data}),
+            owner=owned.owner,
+            owner_process=owned.owner_process,
+            config=owned.config,
+            fingerprint=owned.fingerprint,
+            slots=owned.slots,
+            handle=owned.handle,
             plan=LaunchPlan.from_json(data["plan"]),
             started_at=data["started_at"],
             ready_s=data["ready_s"],

@@ -5,7 +5,8 @@ across a sweep's cells; a sweep killed without warning (kill -9, the OOM killer,
 system's hard kill) cannot stop it. So every engine gets this small detached process, which
 checks every second whether the engine still runs (if not, it exits) and whether the
 sweep's process still lives (if not, it stops the engine, frees its slots and logs a
-``reclaim`` event in the working directory's logs/engines/events.jsonl).
+``reclaim`` event in the working directory's logs/engines/events.jsonl). A cell that finds
+such an engine before its watchdog does stops it the same way (stop_orphan).
 
     python -m gridbench.engines.watchdog '<spec as JSON>'
 
@@ -21,16 +22,19 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gridbench.engines.allocation import process_gone
+from gridbench.engines.events import log_event
 from gridbench.engines.runtime import Runtime, runtime_of
-from gridbench.engines.slots import OwnedEngine
+from gridbench.engines.slots import OwnedEngine, SlotStore
 
 log = logging.getLogger("gridbench.watchdog")
 POLL_S = float(os.environ.get("GRIDBENCH_WATCHDOG_POLL_S", 1.0))
+ORPHAN_GRACE_S = 3.0  # an engine whose sweep is gone gets this long to stop before SIGKILL
 
 
 @dataclass(frozen=True)
@@ -63,11 +67,34 @@ def start(engine: OwnedEngine, slot_dir: Path, log_path: Path) -> subprocess.Pop
         )
 
 
+def stop_orphan(engine: OwnedEngine, store: SlotStore, *, by: str, held: Collection[str] = ()) -> None:
+    """Stop an engine whose sweep is gone, free its slots and log a ``reclaim`` event.
+
+    A slot's record is removed only where no cell holds the slot (or the caller does: the
+    slots in ``held``); a cell that holds one finds the engine dead and cleans up itself."""
+    owner_pid = engine.owner_process["pid"] if engine.owner_process else None
+    log.warning(
+        f"engine {engine.config} on slot {','.join(engine.slots)} outlived the sweep in "
+        f"{engine.owner} (its process {owner_pid} is gone): stopping it"
+    )
+    # nobody waits for its answers any more: a short grace, as a busy engine may ignore SIGTERM
+    runtime_of(engine.handle).stop(engine.handle, grace_s=ORPHAN_GRACE_S)
+    log_event(
+        "reclaim",
+        engine.config,
+        slot=engine.slots[0],
+        slots=list(engine.slots),
+        fingerprint=engine.fingerprint,
+        owner=engine.owner,
+        owner_pid=owner_pid,
+        by=by,
+    )
+    store.forget(engine, held=held)
+
+
 def watch(spec: WatchdogSpec, poll_s: float = POLL_S) -> str:
     """Wait until the engine stops (``engine gone``) or its owner does (``owner gone``, the
     engine stopped); transient errors (a busy Docker daemon) are retried."""
-    from gridbench.engines.manager import stop_orphan  # manager starts watchdogs: imported here
-
     engine = spec.engine
     runtime: Runtime | None = None
     failures = 0
@@ -77,7 +104,7 @@ def watch(spec: WatchdogSpec, poll_s: float = POLL_S) -> str:
             if not runtime.is_running(engine.handle):
                 return "engine gone"
             if process_gone(engine.owner_process):
-                stop_orphan(engine, spec.slot_dir, by="watchdog")
+                stop_orphan(engine, SlotStore(spec.slot_dir), by="watchdog")
                 return "owner gone"
             failures = 0
         except Exception as err:  # a watchdog that gave up at once would leave the orphan

@@ -1,0 +1,211 @@
+"""One engine's life on its slots: start, readiness, watchdog, stop.
+
+The lease (manager.py) decides which slots a cell gets and whether it reuses the engine on
+them; these functions start and stop one engine there and keep its slot records (slots.py)
+in step: an engine is recorded in each of its slots from the moment it is started, its
+watchdog and readiness are added as they come, and its records go when it stops.
+
+An engine never outlives the sweep that owns it by more than a few seconds: its record names
+the sweep's process (see allocation.claim_sweep), the watchdog started with it stops it once
+that process is gone, and a cell that finds a slot whose owner process is gone stops that
+engine at once (watchdog.stop_orphan: a ``reclaim`` event) instead of waiting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gridbench.engines import probe, watchdog
+from gridbench.engines.allocation import ProcessIdentity, process_identity
+from gridbench.engines.commands import launch_plan
+from gridbench.engines.events import log_event, now_iso
+from gridbench.engines.kinds import engine_kind
+from gridbench.engines.runtime import RuntimeHandle, runtime_for, runtime_of
+from gridbench.engines.slots import SlotState, SlotStore
+from gridbench.errors import EngineError, PortInUseError
+from gridbench.grid import ServingConfig
+
+ENGINE_LOG_DIR = Path("logs/engines")
+
+
+@dataclass(frozen=True)
+class EngineOwner:
+    """Whose engines a cell starts: its sweep's, named by the working directory (and cluster
+    job), and ending with the sweep's process."""
+
+    name: str
+    process: ProcessIdentity | None
+
+
+def api_key(cfg: ServingConfig) -> str | None:
+    """The engine's API key, from the environment only; it is never written anywhere."""
+    name = cfg.engine.api_key_env
+    if not name:
+        return None
+    if not os.environ.get(name):
+        raise EngineError(
+            f"engine {cfg.engine.name}: api_key_env names {name}, which is not set",
+            hint=f"export {name}=<the key> before running the sweep",
+        )
+    return os.environ[name]
+
+
+def api_headers(cfg: ServingConfig) -> dict[str, str]:
+    key = api_key(cfg)
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def is_running(handle: RuntimeHandle) -> bool:
+    """Whether the engine runs; False too when its runtime cannot be asked (no Docker daemon)."""
+    try:
+        return runtime_of(handle).is_running(handle)
+    except EngineError:
+        return False
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_for(cfg: ServingConfig, slot: str, all_slots: Sequence[str]) -> int:
+    """The engine's port on ``slot``: the configured port plus the GPU id, or plus the slot's
+    place in ``all_slots`` for a slot that is no GPU id."""
+    # GPU ids are host-wide, so jobs on one node that hold different GPUs get different ports
+    port = cfg.engine.port + (int(slot) if slot.isdigit() else all_slots.index(slot))
+    if _port_free(cfg.engine.host, port):
+        return port
+    if cfg.engine.port_in_use == "pick_free":
+        return _free_port(cfg.engine.host)
+    raise PortInUseError(
+        f"engine {cfg.engine.name} for {cfg.name}: port {cfg.engine.host}:{port} is already "
+        "in use by something gridbench did not start",
+        hint=f"stop what listens there, change engines.{cfg.engine.name}.port, or set port_in_use: pick_free",
+    )
+
+
+def container_name(cfg: ServingConfig, slots: tuple[str, ...], owner: EngineOwner) -> str:
+    # unique per owner: two sweeps (or cluster jobs) on one host never touch each other's container
+    digest = hashlib.sha256(owner.name.encode()).hexdigest()[:8]
+    return f"gridbench-{digest}-{'-'.join(slots)}-{cfg.name}".lower()
+
+
+def start_engine(
+    cfg: ServingConfig,
+    slots: tuple[str, ...],
+    fingerprint: str,
+    *,
+    owner: EngineOwner,
+    store: SlotStore,
+    all_slots: Sequence[str],
+) -> SlotState:
+    """Start ``cfg``'s engine on ``slots`` (which run none) and wait until it answers.
+
+    Returns its record, as written in each of its slots. An engine that does not get ready
+    is stopped: a half-started engine never holds the GPU."""
+    slot = slots[0]
+    runtime = runtime_for(cfg.engine.runtime)
+    image = runtime.image_info(cfg)
+    plan = launch_plan(cfg, port_for(cfg, slot, all_slots))
+    log_path = ENGINE_LOG_DIR / f"{cfg.name}.log"
+    gpus = [s for s in slots if s != "cpu"] if cfg.engine.gpus else []
+    started_at = now_iso()
+    log_event(
+        "start",
+        cfg.name,
+        slot=slot,
+        slots=list(slots),
+        fingerprint=fingerprint,
+        port=plan.port,
+        owner=owner.name,
+    )
+    with log_path.open("a") as engine_log:
+        engine_log.write(
+            f"\n=== gridbench: starting {cfg.name} on slot {','.join(slots)} at {started_at}: "
+            f"{plan.shell_line()}\n"
+        )
+    key = api_key(cfg)
+    env = {engine_kind(cfg.engine.kind).api_key_variable: key} if key else {}
+    name = container_name(cfg, slots, owner)
+    handle = runtime.start(cfg, plan, name=name, gpus=gpus, log_path=log_path, env=env)
+    state = SlotState(
+        owner=owner.name,
+        owner_process=owner.process,
+        config=cfg.name,
+        fingerprint=fingerprint,
+        slots=slots,
+        handle=handle,
+        plan=plan,
+        started_at=started_at,
+        ready_s=None,
+        version=None,
+        image=image,
+    )
+    _record(state, store)
+    headers = api_headers(cfg)
+    try:
+        state = watch(state, store)  # from now on, the engine ends with its sweep
+        ready_s = probe.wait_ready(
+            base_url=plan.base_url,
+            health_path=cfg.engine.health_path,
+            served_model_name=plan.served_model_name,
+            timeout_s=cfg.engine.startup_timeout_s,
+            is_running=lambda: runtime.is_running(handle),
+            log_text=lambda: runtime.log_tail(handle, 200),
+            fatal_patterns=cfg.engine.fatal_log_patterns,
+            what=f"engine {cfg.engine.name} for config {cfg.name}",
+            headers=headers,
+        )
+    except BaseException:
+        stop_engine(state, store, slot=slot)
+        raise
+    state = dataclasses.replace(
+        state,
+        ready_s=round(ready_s, 3),
+        version=engine_kind(cfg.engine.kind).version(plan.base_url, headers),
+    )
+    _record(state, store)
+    log_event("ready", cfg.name, slot=slot, fingerprint=fingerprint, ready_s=state.ready_s)
+    return state
+
+
+def _record(state: SlotState, store: SlotStore) -> None:
+    for member in state.slots:  # an engine on several GPUs is recorded in each
+        store.write_state(member, state)
+
+
+def watch(state: SlotState, store: SlotStore) -> SlotState:
+    """Start the engine's watchdog and record it with the engine in its slots."""
+    proc = watchdog.start(state, store.dir, state.handle.log_path)
+    state = dataclasses.replace(state, watchdog=process_identity(proc.pid))
+    _record(state, store)
+    return state
+
+
+def stop_engine(state: SlotState, store: SlotStore, *, slot: str) -> None:
+    """Stop the engine of ``state`` and free its slots; ``slot``, where it was found, is the
+    one its ``stop`` event names."""
+    runtime_of(state.handle).stop(state.handle)
+    log_event("stop", state.config, slot=slot, fingerprint=state.fingerprint)
+    for member in state.slots:  # an engine on several GPUs frees them all
+        current = store.read_state(member)
+        if current and current.handle == state.handle:
+            store.write_state(member, None)
