@@ -221,9 +221,9 @@ def run_harness(server, scenario: Scenario, processes: int | str) -> tuple[Clien
     traces = natural.measure_level(endpoint, plan)
     cpu_s, server_cpu_s = harness_cpu_s() - cpu_before, server.cpu_s() - server_cpu_before
     server_log = server.take_log()
-    document = natural.result_document(
+    document = natural.level_result(
         config="paced", prompt_class="x", plan=plan, traces=traces, spec_decode=None
-    )
+    ).to_json()
     summary = document["summary"]
     assert summary["ok"] == scenario.requests, summary
     tokens = sum(r["output_tokens"] for r in document["requests"])

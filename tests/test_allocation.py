@@ -17,7 +17,7 @@ from gridbench.engines.allocation import (
     sweep_owner,
     sweep_process,
 )
-from gridbench.provenance import gpus_of_slots
+from gridbench.provenance import SlotGpu, gpus_of_slots
 
 
 def test_outside_a_cluster_job_nothing_is_allocated_and_the_workdir_owns_engines(tmp_path):
@@ -49,8 +49,8 @@ def test_engines_of_two_jobs_in_one_workdir_have_different_owners(tmp_path):
 def test_provenance_names_each_slot_gpu_by_index_and_uuid():
     """A two-GPU run's check that each engine ran on its slot's GPU reads these."""
     rows = [["0", "GPU-aaaa", "NVIDIA H200"], ["1", "GPU-bbbb", "NVIDIA H200"]]
-    assert gpus_of_slots(rows, ["1"]) == [{"index": "1", "uuid": "GPU-bbbb", "name": "NVIDIA H200"}]
-    assert [g["index"] for g in gpus_of_slots(rows, ["GPU-aaaa", "1"])] == ["0", "1"]
+    assert gpus_of_slots(rows, ["1"]) == [SlotGpu(index="1", uuid="GPU-bbbb", name="NVIDIA H200")]
+    assert [g.index for g in gpus_of_slots(rows, ["GPU-aaaa", "1"])] == ["0", "1"]
     assert gpus_of_slots([], ["0"]) == []  # no NVIDIA GPU: nothing to name
 
 

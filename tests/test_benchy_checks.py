@@ -14,6 +14,7 @@ from gridbench.grid import BenchySettings
 from gridbench.harness.benchy import (
     BenchyRun,
     BurstError,
+    RequestEnd,
     TransportError,
     check_result,
     read_progress,
@@ -88,7 +89,7 @@ def test_exact_tg_rejects_a_short_generation():
 
 def test_connection_level_failures_are_transport_errors():
     result = single_depth(json.loads((FIXTURES / "basic_depth0_4096.json").read_text()), 0, 512)
-    progress = [{"type": "request_end", "total_tokens": 0, "error": "Server disconnected"}]
+    progress = [RequestEnd(error="Server disconnected", total_tokens=0)]
     with pytest.raises(TransportError):
         check_result(result, progress, depth=0, settings=settings(runs=3), what="cell")
 
@@ -100,7 +101,7 @@ def test_an_answer_read_in_one_burst_is_worth_another_attempt():
     result = single_depth(json.loads((FIXTURES / "basic_depth0_4096.json").read_text()), 0, 512)
     for metric in ("tg_req_throughput", "tg_throughput"):
         result["benchmarks"][0][metric]["values"] = result["benchmarks"][0][metric]["values"][:2]
-    ok = [{"type": "request_end", "total_tokens": 64, "error": ""}] * 3
+    ok = [RequestEnd(error="", total_tokens=64)] * 3
     with pytest.raises(BurstError, match=r"tg_req_throughput has 2 values, expected 3.*one burst"):
         check_result(result, ok, depth=0, settings=settings(runs=3), what="cell")
     with pytest.raises(BenchmarkError, match="requests failed") as unknown:  # no sign every request ended
@@ -143,7 +144,7 @@ def test_a_request_that_failed_is_the_reason_though_metrics_are_null_too():
     tg_throughput (null)" instead of the request's error."""
     result = single_depth(json.loads((FIXTURES / "basic_depth0_4096.json").read_text()), 0, 512)
     result["benchmarks"][0]["tg_throughput"] = None
-    failed = [{"type": "request_end", "total_tokens": 0, "error": "HTTP 500: injected"}]
+    failed = [RequestEnd(error="HTTP 500: injected", total_tokens=0)]
     with pytest.raises(BenchmarkError, match="1 requests failed, first: HTTP 500: injected") as info:
         check_result(result, failed, depth=0, settings=settings(runs=1), what="cell")
     assert not isinstance(info.value, TransportError)
@@ -161,7 +162,7 @@ def cached_result(**measured_changes) -> dict:
 
 
 # a context load, then the measured request, per run: twice the requests of a cold cell
-BOTH_PHASES = [{"type": "request_end", "total_tokens": 64, "error": ""}] * 4
+BOTH_PHASES = [RequestEnd(error="", total_tokens=64)] * 4
 
 
 def test_a_cached_result_needs_only_its_time_to_first_token():
@@ -191,7 +192,7 @@ def test_a_cached_result_without_its_context_load_is_a_cold_measurement_and_fail
 
 
 def test_a_failed_context_load_fails_the_cached_cell():
-    progress = [*BOTH_PHASES[:3], {"type": "request_end", "total_tokens": 0, "error": "HTTP 500: load"}]
+    progress = [*BOTH_PHASES[:3], RequestEnd(error="HTTP 500: load", total_tokens=0)]
     with pytest.raises(BenchmarkError, match="1 requests failed, first: HTTP 500: load"):
         check_result(
             cached_result(), progress, depth=1024, settings=settings(), what="cell", prefix_cache=True

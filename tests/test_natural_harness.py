@@ -14,9 +14,10 @@ from conftest import REPO, free_port, load_yaml
 from gridbench.cell import natural_cell, run_cell
 from gridbench.engines import probe
 from gridbench.engines.manager import SlotManager
-from gridbench.grid import Grid, load_grid
+from gridbench.grid import Grid
 from gridbench.harness import natural
-from gridbench.harness.stats import summarize
+from gridbench.harness.stats import RequestRecord, summarize
+from gridbench.loading import load_grid
 from gridbench.spec_metrics import parse_spec_counters
 
 pytestmark = pytest.mark.integration
@@ -70,7 +71,8 @@ def test_cell_on_llamacpp_counts_what_the_engine_generated(workdir):
         # equal when the engine sends all of an answer's text in its last chunk
         assert 0 < r["ttft_ms"] <= r["e2e_ms"] and 1 <= r["output_tokens"] <= 16
         assert r["finish_reason"] in ("length", "stop")
-    assert result["summary"] == summarize(requests)  # recomputable from the file
+    recomputed = summarize([RequestRecord(**r) for r in requests])
+    assert result["summary"] == recomputed.to_json()  # recomputable from the file
     assert result["summary"]["ok"] == 4 and result["spec_decode"] is None
 
     # the engine's own counter agrees with the usage blocks, warm-ups included
@@ -104,7 +106,8 @@ def test_cell_across_two_harness_processes_writes_the_same_records(workdir):
     requests = result["requests"]
     assert [r["index"] for r in requests] == list(range(4)) and all(r["status"] == "ok" for r in requests)
     assert all(0 < r["ttft_ms"] <= r["e2e_ms"] and 1 <= r["output_tokens"] <= 8 for r in requests)
-    assert result["summary"] == summarize(requests) and "processes" not in result["settings"]
+    assert result["summary"] == summarize([RequestRecord(**r) for r in requests]).to_json()
+    assert "processes" not in result["settings"]
     provenance = json.loads(out.with_suffix(".provenance.json").read_text())
     assert provenance["bench"]["harness_processes"] == 2
 
@@ -194,7 +197,9 @@ def test_every_failure_is_recorded_never_dropped(fault_server, tmp_path):
     started = time.monotonic()
     traces = natural.measure_level(fault_server, plan, tmp_path / "progress.jsonl")
     assert time.monotonic() - started < 10  # the hung request timed out; the others went on
-    result = natural.result_document(config="F", prompt_class="x", plan=plan, traces=traces, spec_decode=None)
+    result = natural.level_result(
+        config="F", prompt_class="x", plan=plan, traces=traces, spec_decode=None
+    ).to_json()
     by_index = {r["index"]: r for r in result["requests"]}
     assert len(by_index) == 11
     expected = {
@@ -273,4 +278,4 @@ def test_prompt_file_replaces_the_packaged_prompts(tmp_path):
     prompts.write_text(json.dumps({"haiku": "Write a haiku."}))
     grid = demo_grid({"prompt_classes": ["haiku"], "prompt_file": str(prompts)})
     cell = natural_cell(grid, "D_f16_n0", ["cpu"], "haiku", 1)
-    assert cell.natural["prompt"] == "Write a haiku."
+    assert cell.prompt == "Write a haiku."

@@ -14,10 +14,10 @@ import pytest
 
 from conftest import REPO, load_yaml
 from gridbench.cell import write_context
-from gridbench.grid import load_grid
 from gridbench.harness import natural
 from gridbench.harness.prompts import NaturalSettings
 from gridbench.harness.stats import OK, nearest_rank
+from gridbench.loading import load_grid
 
 CONCURRENCY, REQUESTS, TOKENS, TTFT_MS, GAP_MS = 32, 96, 64, 50, 5
 WARMUP = 3  # measured requests are numbered after the warm-ups
@@ -84,9 +84,9 @@ def test_a_level_across_processes_is_the_single_loops_level(paced, tmp_path):
         assert 0 <= t.text_chunk_ns[-1] - truth["last"] < 50e6
 
     # the records a level writes, and their figures close to the server's
-    document = natural.result_document(
+    document = natural.level_result(
         config="paced", prompt_class="x", plan=level, traces=traces, spec_decode=None
-    )
+    ).to_json()
     records = document["requests"]
     assert [r["index"] for r in records] == list(range(REQUESTS))
     summary = document["summary"]

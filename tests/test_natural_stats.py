@@ -39,21 +39,21 @@ def test_request_metrics_from_known_timestamps():
     record = request_record(
         paced(0, start_ms=1000, ttft_ms=120, gap_ms=15, tokens=9), level_start_ns=1000 * MS
     )
-    assert record["start_s"] == 0.0 and record["end_s"] == pytest.approx(0.24)
-    assert record["ttft_ms"] == 120.0
-    assert record["e2e_ms"] == 240.0  # 120 + 8 gaps of 15
-    assert record["tpot_ms"] == 15.0  # (240 - 120) / (9 - 1)
-    assert record["itl_ms"] == [15.0] * 8
-    assert record["tokens_per_s"] == pytest.approx(9 / 0.24)
-    assert record["output_tokens"] == 9 and record["finish_reason"] == "length"
+    assert record.start_s == 0.0 and record.end_s == pytest.approx(0.24)
+    assert record.ttft_ms == 120.0
+    assert record.e2e_ms == 240.0  # 120 + 8 gaps of 15
+    assert record.tpot_ms == 15.0  # (240 - 120) / (9 - 1)
+    assert record.itl_ms == (15.0,) * 8
+    assert record.tokens_per_s == pytest.approx(9 / 0.24)
+    assert record.output_tokens == 9 and record.finish_reason == "length"
 
 
 def test_tpot_counts_usage_tokens_not_chunks():
     """Several tokens in one chunk (a speculative burst): TPOT uses the usage count."""
     trace = RequestTrace(0, OK, 0, 300 * MS, text_chunk_ns=(100 * MS, 200 * MS, 300 * MS), output_tokens=21)
     record = request_record(trace, 0)
-    assert record["tpot_ms"] == 10.0  # (300 - 100) / 20
-    assert record["itl_ms"] == [100.0, 100.0]
+    assert record.tpot_ms == 10.0  # (300 - 100) / 20
+    assert record.itl_ms == (100.0, 100.0)
 
 
 @pytest.mark.parametrize(
@@ -67,15 +67,17 @@ def test_tpot_counts_usage_tokens_not_chunks():
 )
 def test_undefined_metrics_are_null(trace, ttft, tpot):
     record = request_record(trace, 0)
-    assert record["ttft_ms"] == ttft and record["tpot_ms"] == tpot
+    assert record.ttft_ms == ttft and record.tpot_ms == tpot
 
 
 def test_failed_requests_keep_their_reason_and_no_timings():
     trace = RequestTrace(3, ERRORED, 10 * MS, 12 * MS, error="HTTP 500: boom")
     record = request_record(trace, 0)
-    assert record["status"] == ERRORED and record["error"] == "HTTP 500: boom"
-    assert record["end_s"] == pytest.approx(0.012)
-    assert all(record[k] is None for k in ("ttft_ms", "e2e_ms", "tpot_ms", "output_tokens", "tokens_per_s"))
+    assert record.status == ERRORED and record.error == "HTTP 500: boom"
+    assert record.end_s == pytest.approx(0.012)
+    assert all(
+        getattr(record, k) is None for k in ("ttft_ms", "e2e_ms", "tpot_ms", "output_tokens", "tokens_per_s")
+    )
 
 
 @pytest.mark.parametrize(
@@ -105,31 +107,31 @@ def test_level_summary_from_a_scripted_level():
     ]
     records = [request_record(t, 0) for t in traces]
     summary = summarize(records)
-    assert (summary["requests"], summary["ok"], summary["errored"], summary["incomplete"]) == (4, 3, 0, 1)
-    assert summary["error_rate"] == 0.25
-    assert summary["wall_s"] == pytest.approx(0.4)
-    assert summary["output_tok_s"] == pytest.approx((11 + 11 + 6) / 0.4)
-    assert summary["output_tokens_p50"] == 11
-    assert summary["ttft_ms_p50"] == 100.0 and summary["ttft_ms_p99"] == 120.0
-    assert summary["ttft_ms_mean"] == pytest.approx((100 + 120 + 100) / 3)
-    assert summary["tpot_ms_p50"] == 10.0 and summary["tpot_ms_p95"] == 20.0
-    assert summary["itl_ms_p50"] == 10.0 and summary["itl_ms_p99"] == 20.0  # 20 gaps of 10, 5 of 20
-    assert summary["e2e_ms_p50"] == 200.0 and summary["e2e_ms_p95"] == 220.0
-    assert summary["req_tok_s_p50"] == pytest.approx(11 / 0.22)
+    assert (summary.requests, summary.ok, summary.errored, summary.incomplete) == (4, 3, 0, 1)
+    assert summary.error_rate == 0.25
+    assert summary.wall_s == pytest.approx(0.4)
+    assert summary.output_tok_s == pytest.approx((11 + 11 + 6) / 0.4)
+    assert summary.output_tokens_p50 == 11
+    assert summary.ttft_ms.p50 == 100.0 and summary.ttft_ms.p99 == 120.0
+    assert summary.ttft_ms.mean == pytest.approx((100 + 120 + 100) / 3)
+    assert summary.tpot_ms.p50 == 10.0 and summary.tpot_ms.p95 == 20.0
+    assert summary.itl_ms.p50 == 10.0 and summary.itl_ms.p99 == 20.0  # 20 gaps of 10, 5 of 20
+    assert summary.e2e_ms.p50 == 200.0 and summary.e2e_ms.p95 == 220.0
+    assert summary.req_tok_s.p50 == pytest.approx(11 / 0.22)
     assert any(
         w.startswith("p95 of ttft_ms, tpot_ms, e2e_ms, req_tok_s from 3 requests")
-        for w in summary["percentile_warnings"]
+        for w in summary.percentile_warnings
     )
-    json.dumps(summary, allow_nan=False)  # strict JSON: no NaN anywhere
+    json.dumps(summary.to_json(), allow_nan=False)  # strict JSON: no NaN anywhere
 
 
 def test_summary_of_a_level_where_everything_failed_is_null_not_nan():
     records = [request_record(RequestTrace(i, ERRORED, 0, MS, error="HTTP 429: busy"), 0) for i in range(3)]
     summary = summarize(records)
-    assert summary["error_rate"] == 1.0 and summary["output_tok_s"] is None
-    assert summary["ttft_ms_p50"] is None and summary["tpot_ms_mean"] is None
-    assert "no samples" in summary["percentile_warnings"][0]
-    json.dumps(summary, allow_nan=False)
+    assert summary.error_rate == 1.0 and summary.output_tok_s is None
+    assert summary.ttft_ms.p50 is None and summary.tpot_ms.mean is None
+    assert "no samples" in summary.percentile_warnings[0]
+    json.dumps(summary.to_json(), allow_nan=False)
 
 
 def test_percentile_warnings_follow_the_tail_size():

@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO, free_port, load_yaml
 from gridbench.engines import probe
 from gridbench.engines.manager import SlotManager
-from gridbench.grid import load_grid
+from gridbench.loading import load_grid
 from gridbench.spec_metrics import acceptance, parse_spec_counters
 
 pytestmark = pytest.mark.integration
@@ -58,10 +58,10 @@ def test_ngram_types_draft_with_their_own_length(workdir, method, extra_args, dr
         complete(engine.base_url, "demo-f16")
         after = counters(engine.base_url)
     manager.stop_all()
-    result = acceptance(before, after)
+    result = acceptance(before, after, "test")
     if drafts:
-        assert result["delta_drafts"] > 0
-        assert result["delta_draft_tokens"] <= 8 * result["delta_drafts"]  # the length flag took
-        assert result["acceptance_rate"] == pytest.approx(1.0)
+        assert result.delta_drafts > 0
+        assert result.delta_draft_tokens <= 8 * result.delta_drafts  # the length flag took
+        assert result.acceptance_rate == pytest.approx(1.0)
     else:
-        assert result["delta_drafts"] == 0
+        assert result.delta_drafts == 0

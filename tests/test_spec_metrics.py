@@ -73,11 +73,11 @@ def test_acceptance_from_deltas():
         )
         + "\n"
     )
-    result = acceptance(before, parse_spec_counters(after_text))
-    assert result["delta_drafts"] == 10 and result["delta_draft_tokens"] == 50
-    assert result["acceptance_rate"] == pytest.approx(30 / 50)
-    assert result["mean_acceptance_length"] == pytest.approx(1 + 30 / 10)
-    assert result["acceptance_per_position"] == pytest.approx([1.0, 0.5])
+    result = acceptance(before, parse_spec_counters(after_text), "test")
+    assert result.delta_drafts == 10 and result.delta_draft_tokens == 50
+    assert result.acceptance_rate == pytest.approx(30 / 50)
+    assert result.mean_acceptance_length == pytest.approx(1 + 30 / 10)
+    assert result.acceptance_per_position == pytest.approx((1.0, 0.5))
 
 
 def test_llamacpp_counters():
@@ -90,6 +90,6 @@ def test_engine_without_speculation_has_no_rates():
     empty = parse_spec_counters(
         "# TYPE llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total 5\n"
     )
-    result = acceptance(empty, empty)
-    assert not result["counters_present"]
-    assert result["acceptance_rate"] is None and result["mean_acceptance_length"] is None
+    result = acceptance(empty, empty, "test")
+    assert not result.counters_present
+    assert result.acceptance_rate is None and result.mean_acceptance_length is None

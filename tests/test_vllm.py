@@ -26,7 +26,8 @@ from gridbench.cell import depth_cell, run_cell
 from gridbench.engines import probe
 from gridbench.engines.kinds import engine_kind
 from gridbench.engines.manager import EngineLease, SlotManager
-from gridbench.grid import Grid, load_grid_files
+from gridbench.grid import Grid
+from gridbench.loading import load_grid_files
 from gridbench.spec_metrics import acceptance, parse_spec_counters
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
@@ -147,13 +148,13 @@ def test_spec_metrics_on_real_exposition_text(engine):
     assert "vllm:spec_decode_num_accepted_tokens_per_pos_total" in after_text
     before, after = parse_spec_counters(before_text), parse_spec_counters(after_text)
     assert before.present and after.present
-    result = acceptance(before, after)
-    assert result["delta_drafts"] > 0 and result["delta_draft_tokens"] == 3 * result["delta_drafts"]
+    result = acceptance(before, after, "test")
+    assert result.delta_drafts > 0 and result.delta_draft_tokens == 3 * result.delta_drafts
     # the draft is the target itself: at temperature 0 it is always right
-    assert result["acceptance_rate"] >= 0.95
-    assert result["mean_acceptance_length"] >= 3.8
-    assert len(result["acceptance_per_position"]) == 3
-    assert result["delta_accepted_tokens"] == metric(
+    assert result.acceptance_rate >= 0.95
+    assert result.mean_acceptance_length >= 3.8
+    assert len(result.acceptance_per_position) == 3
+    assert result.delta_accepted_tokens == metric(
         after_text, "vllm:spec_decode_num_accepted_tokens_total"
     ) - metric(before_text, "vllm:spec_decode_num_accepted_tokens_total")
 

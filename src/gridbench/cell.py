@@ -21,9 +21,8 @@ import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import gridbench
 from gridbench import layout, provenance
@@ -31,6 +30,7 @@ from gridbench.engines import probe
 from gridbench.engines.events import now_iso
 from gridbench.engines.kinds import engine_kind
 from gridbench.engines.manager import EngineLease, SlotManager
+from gridbench.engines.runtime import ImageInfo
 from gridbench.errors import (
     BenchmarkError,
     ConfigError,
@@ -43,7 +43,10 @@ from gridbench.files import atomic_write_bytes, atomic_write_json, atomic_write_
 from gridbench.grid import BenchySettings, Grid, ServingConfig
 from gridbench.harness import benchy
 from gridbench.harness.prompts import AUTO_PROCESSES, NaturalSettings, resolve_prompts
-from gridbench.spec_metrics import acceptance, parse_spec_counters
+from gridbench.spec_metrics import Acceptance, acceptance, parse_spec_counters
+
+if TYPE_CHECKING:  # the natural harness imports aiohttp: a quarter second llama-benchy cells skip
+    from gridbench.harness.natural import WarmupOutcome
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +60,69 @@ CONTEXT_DIR = Path(".gridbench/contexts")
 
 
 @dataclass(frozen=True)
+class BenchyInvocation:
+    """How llama-benchy ran for a cell: its command line, its clock, the attempts it discarded."""
+
+    argv: tuple[str, ...]
+    started_at: str
+    finished_at: str
+    wall_s: float
+    discarded_attempts: tuple[str, ...]  # why each earlier attempt was measured again
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "argv": list(self.argv),
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "wall_s": self.wall_s,
+            "discarded_attempts": list(self.discarded_attempts),
+        }
+
+
+@dataclass(frozen=True)
+class NaturalInvocation:
+    """How the natural harness ran for a cell: where it sent, its clock, its warm-ups."""
+
+    url: str
+    model: str
+    started_at: str
+    finished_at: str
+    wall_s: float  # of the measured requests alone
+    harness_processes: int
+    warmup: tuple[WarmupOutcome, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "model": self.model,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "wall_s": self.wall_s,
+            "harness_processes": self.harness_processes,
+            "warmup": [asdict(w) for w in self.warmup],
+        }
+
+
+@dataclass(frozen=True)
 class Measured:
-    """What a cell's measurement produced: its output files' bytes and its provenance."""
+    """What a cell's measurement produced: its output files' bytes and its part of the
+    cell's provenance record."""
 
     files: dict[str, bytes]  # by output key ("raw")
-    provenance: dict[str, Any]  # merged into the cell's provenance record
+    versions: provenance.Versions
+    bench: BenchyInvocation | NaturalInvocation
+    prefix_cache_reset: bool  # whether the engine's prefix cache was emptied before the cell
+    spec_decode: Acceptance | None  # None without speculation
+
+
+@dataclass(frozen=True)
+class CellCoordinates:
+    """Where a failed cell sits in the sweep: every kind's coordinates, None where not its own."""
+
+    depth: int | None
+    prefix_cache: bool
+    prompt_class: str | None
+    concurrency: int | None
 
 
 @dataclass(frozen=True)
@@ -69,18 +130,19 @@ class Cell(ABC):
     """One cell of a sweep, as its process runs it: its config (from the context file the
     config's cells share), the engine slots it may use, and its own coordinates."""
 
-    config: dict[str, Any]  # ServingConfig.to_dict(), as the context file holds it
+    config: ServingConfig  # as the context file holds it
     slots: list[str]
 
     kind: ClassVar[str]
 
-    @cached_property
+    @property
     def serving_config(self) -> ServingConfig:
-        return ServingConfig.from_dict(self.config)
+        """The config as the cell's engine serves it."""
+        return self.config
 
     @property
     def name(self) -> str:
-        return str(self.config["name"])
+        return self.config.name
 
     @property
     @abstractmethod
@@ -92,14 +154,16 @@ class Cell(ABC):
         """How messages name the cell."""
 
     @abstractmethod
-    def failure_path(self) -> Path: ...
+    def files(self) -> layout.CellFiles: ...
+
+    def failure_path(self) -> Path:
+        return Path(self.files().failure)
+
+    def log_path(self) -> Path:
+        return Path(self.files().log)
 
     @abstractmethod
-    def log_path(self) -> Path: ...
-
-    @abstractmethod
-    def coordinates(self) -> dict[str, Any]:
-        """The failure record's coordinate keys, every kind's (None where not its own)."""
+    def coordinates(self) -> CellCoordinates: ...
 
     @abstractmethod
     def measure(self, engine: EngineLease, scratch: Path) -> Measured: ...
@@ -110,15 +174,14 @@ class DepthCell(Cell):
     """llama-benchy at one context depth; with ``prefix_cache``, its prefix-cache pass."""
 
     depth: int
-    benchy: dict[str, Any]  # BenchySettings, as the context file holds them
+    benchy: BenchySettings
     prefix_cache: bool = False
 
     kind: ClassVar[str] = "benchy"
 
-    @cached_property
+    @property
     def serving_config(self) -> ServingConfig:
-        cfg = ServingConfig.from_dict(self.config)
-        return cfg.with_prefix_cache() if self.prefix_cache else cfg
+        return self.config.with_prefix_cache() if self.prefix_cache else self.config
 
     @property
     def cell_id(self) -> str:
@@ -130,21 +193,13 @@ class DepthCell(Cell):
     def what(self) -> str:
         return f"cell {self.name} depth {self.depth}" + (" (cached context)" if self.prefix_cache else "")
 
-    def failure_path(self) -> Path:
-        pattern = layout.CACHED_FAILURE if self.prefix_cache else layout.FAILURE
-        return Path(pattern.format(config=self.name, depth=self.depth))
+    def files(self) -> layout.CellFiles:
+        return layout.depth_cell_files(self.name, self.depth, prefix_cache=self.prefix_cache)
 
-    def log_path(self) -> Path:
-        pattern = layout.CACHED_LOG if self.prefix_cache else layout.CELL_LOG
-        return Path(pattern.format(config=self.name, depth=self.depth))
-
-    def coordinates(self) -> dict[str, Any]:
-        return {
-            "depth": self.depth,
-            "prefix_cache": self.prefix_cache,
-            "prompt_class": None,
-            "concurrency": None,
-        }
+    def coordinates(self) -> CellCoordinates:
+        return CellCoordinates(
+            depth=self.depth, prefix_cache=self.prefix_cache, prompt_class=None, concurrency=None
+        )
 
     def measure(self, engine: EngineLease, scratch: Path) -> Measured:
         return measure_benchy(self, engine, scratch)
@@ -156,7 +211,8 @@ class NaturalCell(Cell):
 
     prompt_class: str
     concurrency: int
-    natural: dict[str, Any]  # NaturalSettings with the class's prompt under "prompt"
+    natural: NaturalSettings
+    prompt: str  # the class's prompt string
 
     kind: ClassVar[str] = "natural"
 
@@ -168,22 +224,13 @@ class NaturalCell(Cell):
     def what(self) -> str:
         return f"cell {self.name} {self.prompt_class} c={self.concurrency}"
 
-    def _names(self) -> dict[str, Any]:
-        return {"config": self.name, "prompt_class": self.prompt_class, "concurrency": self.concurrency}
+    def files(self) -> layout.CellFiles:
+        return layout.natural_cell_files(self.name, self.prompt_class, self.concurrency)
 
-    def failure_path(self) -> Path:
-        return Path(layout.NATURAL_FAILURE.format(**self._names()))
-
-    def log_path(self) -> Path:
-        return Path(layout.NATURAL_LOG.format(**self._names()))
-
-    def coordinates(self) -> dict[str, Any]:
-        return {
-            "depth": None,
-            "prefix_cache": False,
-            "prompt_class": self.prompt_class,
-            "concurrency": self.concurrency,
-        }
+    def coordinates(self) -> CellCoordinates:
+        return CellCoordinates(
+            depth=None, prefix_cache=False, prompt_class=self.prompt_class, concurrency=self.concurrency
+        )
 
     def measure(self, engine: EngineLease, scratch: Path) -> Measured:
         return measure_natural(self, engine, scratch)
@@ -192,16 +239,26 @@ class NaturalCell(Cell):
 def load_depth_cell(context: Path, depth: int, *, prefix_cache: bool = False) -> DepthCell:
     """The cell a ``gridbench bench`` process runs: its config's context file, its depth."""
     shared = json.loads(Path(context).read_text())
-    return DepthCell(shared["config"], shared["slots"], depth, shared["benchy"], prefix_cache)
+    return DepthCell(
+        config=ServingConfig.from_dict(shared["config"]),
+        slots=shared["slots"],
+        depth=depth,
+        benchy=BenchySettings(**shared["benchy"]),
+        prefix_cache=prefix_cache,
+    )
 
 
 def load_natural_cell(context: Path, prompt_class: str, concurrency: int) -> NaturalCell:
     """The cell a ``gridbench natural`` process runs: the context holds every class's prompt."""
     shared = json.loads(Path(context).read_text())
-    settings = dict(shared["natural"])
-    prompts = settings.pop("prompts")
-    natural = {**settings, "prompt": prompts[prompt_class]}
-    return NaturalCell(shared["config"], shared["slots"], prompt_class, concurrency, natural)
+    return NaturalCell(
+        config=ServingConfig.from_dict(shared["config"]),
+        slots=shared["slots"],
+        prompt_class=prompt_class,
+        concurrency=concurrency,
+        natural=NaturalSettings.from_dict(shared["natural"]),
+        prompt=shared["natural"]["prompts"][prompt_class],
+    )
 
 
 def write_context(grid: Grid, config: str, slots: list[str], kind: str) -> Path:
@@ -259,22 +316,58 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def _engine_record(engine: EngineLease, cfg: ServingConfig) -> dict[str, Any]:
-    return {
-        "kind": cfg.engine.kind,
-        "runtime": cfg.engine.runtime,
-        **engine.image.to_json(),
-        "version": engine.version,
-        "serve_argv": list(engine.plan.argv),
-        "serve_command": engine.plan.shell_line(),
-        "base_url": engine.base_url,
-        "slot": engine.slot,
-        "slots": list(engine.slots),
-        "gpus": provenance.slot_gpus(engine.slots),  # index, UUID, name of each slot's GPU
-        "started_at": engine.started_at,
-        "startup_s": engine.ready_s,
-        "reused": engine.reused,
-    }
+@dataclass(frozen=True)
+class EngineRecord:
+    """The engine that measured a cell, for its provenance record."""
+
+    kind: str
+    runtime: str
+    image: ImageInfo
+    version: str | None
+    serve_argv: tuple[str, ...]
+    serve_command: str
+    base_url: str
+    slot: str
+    slots: tuple[str, ...]
+    gpus: tuple[provenance.SlotGpu, ...]  # each slot's GPU; none without NVIDIA GPUs
+    started_at: str
+    startup_s: float | None
+    reused: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "runtime": self.runtime,
+            **self.image.to_json(),
+            "version": self.version,
+            "serve_argv": list(self.serve_argv),
+            "serve_command": self.serve_command,
+            "base_url": self.base_url,
+            "slot": self.slot,
+            "slots": list(self.slots),
+            "gpus": [asdict(gpu) for gpu in self.gpus],
+            "started_at": self.started_at,
+            "startup_s": self.startup_s,
+            "reused": self.reused,
+        }
+
+
+def _engine_record(engine: EngineLease, cfg: ServingConfig) -> EngineRecord:
+    return EngineRecord(
+        kind=cfg.engine.kind,
+        runtime=cfg.engine.runtime,
+        image=engine.image,
+        version=engine.version,
+        serve_argv=tuple(engine.plan.argv),
+        serve_command=engine.plan.shell_line(),
+        base_url=engine.base_url,
+        slot=engine.slot,
+        slots=engine.slots,
+        gpus=tuple(provenance.slot_gpus(engine.slots)),
+        started_at=engine.started_at,
+        startup_s=engine.ready_s,
+        reused=engine.reused,
+    )
 
 
 def run_cell(spec: Cell, outputs: dict[str, Path]) -> int:
@@ -308,11 +401,14 @@ def run_cell(spec: Cell, outputs: dict[str, Path]) -> int:
                 "config": cfg.name,
                 "fingerprint": cfg.fingerprint(),
                 "effective_config": provenance.redact_config(cfg.to_dict()),
-                "engine": _engine_record(engine, cfg),
-                "host": provenance.host_info(),
+                "engine": _engine_record(engine, cfg).to_json(),
+                "host": provenance.host_info().to_json(),
                 "started_at": started_at,
                 "finished_at": now_iso(),
-                **measured.provenance,
+                "versions": asdict(measured.versions),
+                "bench": measured.bench.to_json(),
+                "prefix_cache_reset": measured.prefix_cache_reset,
+                "spec_decode": measured.spec_decode.to_json() if measured.spec_decode else None,
             }
             for key, data in measured.files.items():
                 atomic_write_bytes(outputs[key], data)
@@ -396,7 +492,7 @@ def _write_failure(spec: Cell, err: BaseException, started_at: str) -> None:
         "cell": spec.what,
         "config": spec.name,
         "kind": spec.kind,
-        **spec.coordinates(),
+        **asdict(spec.coordinates()),
         "error_type": kind,
         "reason": provenance.scrub(reason),
         "hint": getattr(err, "hint", None),
@@ -422,7 +518,7 @@ def _write_failure(spec: Cell, err: BaseException, started_at: str) -> None:
 def measure_benchy(spec: DepthCell, engine: EngineLease, scratch: Path) -> Measured:
     """llama-benchy at the cell's depth, bracketed by spec-decode counter snapshots."""
     cfg = spec.serving_config
-    settings = BenchySettings(**spec.benchy)
+    settings = spec.benchy
     # a cold cell starts from an empty cache; a prefix-cache cell too, so that only its own
     # context loads are there to hit, not what earlier cells left
     cache_reset = engine_kind(cfg.engine.kind).reset_prefix_cache(engine.base_url, engine.headers)
@@ -482,18 +578,16 @@ def measure_benchy(spec: DepthCell, engine: EngineLease, scratch: Path) -> Measu
     )
     return Measured(
         files={"raw": raw},
-        provenance={
-            "versions": provenance.versions("llama-benchy", result.get("version")),
-            "bench": {
-                "argv": list(run.argv),
-                "started_at": bench_started,
-                "finished_at": now_iso(),
-                "wall_s": round(wall_s, 3),
-                "discarded_attempts": attempts,
-            },
-            "prefix_cache_reset": cache_reset,
-            "spec_decode": spec_decode,
-        },
+        versions=provenance.versions("llama-benchy", result.get("version")),
+        bench=BenchyInvocation(
+            argv=run.argv,
+            started_at=bench_started,
+            finished_at=now_iso(),
+            wall_s=round(wall_s, 3),
+            discarded_attempts=tuple(attempts),
+        ),
+        prefix_cache_reset=cache_reset,
+        spec_decode=spec_decode,
     )
 
 
@@ -505,15 +599,14 @@ def snapshot_command(base_url: str, out_dir: Path, key_variable: str | None) -> 
 
 def _acceptance(
     snapshots: Path, before_own: str | None, after: str | None, warmup: bool, what: str
-) -> dict[str, Any]:
+) -> Acceptance:
     files = sorted(snapshots.glob("*.prom"))
     # after llama-benchy's warm-up run comes the first snapshot: the measured window starts there
     before_text = files[0].read_text() if warmup and files else before_own
     if before_text is None or after is None:
         raise BenchmarkError(f"{what}: could not read the engine's /metrics around the measured window")
-    result = acceptance(parse_spec_counters(before_text), parse_spec_counters(after))
-    result["window"] = "after llama-benchy's warm-up run" if warmup and files else "whole invocation"
-    return result
+    window = "after llama-benchy's warm-up run" if warmup and files else "whole invocation"
+    return acceptance(parse_spec_counters(before_text), parse_spec_counters(after), window)
 
 
 def measure_natural(spec: NaturalCell, engine: EngineLease, scratch: Path) -> Measured:
@@ -521,8 +614,8 @@ def measure_natural(spec: NaturalCell, engine: EngineLease, scratch: Path) -> Me
     from gridbench.harness import natural  # aiohttp: a quarter second llama-benchy cells skip
 
     cfg = spec.serving_config
-    settings = NaturalSettings.from_dict(spec.natural)
-    plan = natural.level_plan(settings, spec.natural["prompt"], spec.concurrency, cfg.bench_extra_body)
+    settings = spec.natural
+    plan = natural.level_plan(settings, spec.prompt, spec.concurrency, cfg.bench_extra_body)
     endpoint = natural.Endpoint(engine.base_url, cfg.checkpoint.served_model_name, engine.headers)
     cache_reset = engine_kind(cfg.engine.kind).reset_prefix_cache(engine.base_url, engine.headers)
     started_at = now_iso()
@@ -542,42 +635,44 @@ def measure_natural(spec: NaturalCell, engine: EngineLease, scratch: Path) -> Me
             raise BenchmarkError(
                 f"{spec.what}: could not read the engine's /metrics around the measured window"
             )
-        spec_decode = acceptance(parse_spec_counters(before), parse_spec_counters(after))
-        spec_decode["window"] = "the measured requests (after the warm-up requests)"
-    document = natural.result_document(
+        spec_decode = acceptance(
+            parse_spec_counters(before),
+            parse_spec_counters(after),
+            "the measured requests (after the warm-up requests)",
+        )
+    result = natural.level_result(
         config=cfg.name, prompt_class=spec.prompt_class, plan=plan, traces=traces, spec_decode=spec_decode
     )
-    raw = (json.dumps(document, indent=1, allow_nan=False) + "\n").encode()
-    summary = document["summary"]
-    if summary["error_rate"] > settings.max_error_rate:
+    raw = (json.dumps(result.to_json(), indent=1, allow_nan=False) + "\n").encode()
+    summary = result.summary
+    error_rate = summary.error_rate or 0.0  # None only for a level of no requests
+    if error_rate > settings.max_error_rate:
         (scratch / "natural.json").write_bytes(raw)  # kept beside the failure record
-        first = next(r["error"] for r in document["requests"] if r["status"] != "ok")
+        first = next(r.error for r in result.requests if r.status != "ok")
         raise BenchmarkError(
-            f"{spec.what}: {summary['errored']} errored and {summary['incomplete']} incomplete of "
-            f"{summary['requests']} requests (error rate {summary['error_rate']:.2f} > "
+            f"{spec.what}: {summary.errored} errored and {summary.incomplete} incomplete of "
+            f"{summary.requests} requests (error rate {error_rate:.2f} > "
             f"natural.max_error_rate {settings.max_error_rate:g}); first: {first}",
             hint="read the engine log; every request's outcome is in the kept natural.json",
         )
     log.info(
-        f"{spec.what}: {summary['output_tok_s']} tok/s aggregate, TTFT p50 {summary['ttft_ms_p50']} ms, "
-        f"TPOT p50 {summary['tpot_ms_p50']} ms, {summary['ok']}/{summary['requests']} ok"
+        f"{spec.what}: {summary.output_tok_s} tok/s aggregate, TTFT p50 {summary.ttft_ms.p50} ms, "
+        f"TPOT p50 {summary.tpot_ms.p50} ms, {summary.ok}/{summary.requests} ok"
     )
     return Measured(
         files={"raw": raw},
-        provenance={
-            "versions": provenance.versions(natural.LOAD_GENERATOR, gridbench.__version__),
-            "bench": {
-                "url": endpoint.url,
-                "model": endpoint.model,
-                "started_at": started_at,
-                "finished_at": now_iso(),
-                "wall_s": round(wall_s, 3),
-                "harness_processes": plan.processes,
-                "warmup": natural.warmup_record(warmups),
-            },
-            "prefix_cache_reset": cache_reset,
-            "spec_decode": spec_decode,
-        },
+        versions=provenance.versions(natural.LOAD_GENERATOR, gridbench.__version__),
+        bench=NaturalInvocation(
+            url=endpoint.url,
+            model=endpoint.model,
+            started_at=started_at,
+            finished_at=now_iso(),
+            wall_s=round(wall_s, 3),
+            harness_processes=plan.processes,
+            warmup=natural.warmup_outcomes(warmups),
+        ),
+        prefix_cache_reset=cache_reset,
+        spec_decode=spec_decode,
     )
 
 

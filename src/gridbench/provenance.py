@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from functools import cache
 from typing import Any
 
@@ -57,51 +58,92 @@ def query_gpus(fields: str) -> list[list[str]]:
     return [[part.strip() for part in line.split(",")] for line in out.splitlines() if line.strip()]
 
 
-def gpus_of_slots(rows: Sequence[Sequence[str]], slots: Sequence[str]) -> list[dict[str, str]]:
+@dataclass(frozen=True)
+class SlotGpu:
+    """A GPU an engine's slot gives it, as nvidia-smi names it."""
+
+    index: str
+    uuid: str
+    name: str
+
+
+def gpus_of_slots(rows: Sequence[Sequence[str]], slots: Sequence[str]) -> list[SlotGpu]:
     """The rows of ``nvidia-smi --query-gpu=index,uuid,name`` that the slots name: a slot
     names its GPU by index or by UUID, as CUDA_VISIBLE_DEVICES and Docker do."""
     wanted = {str(slot) for slot in slots}
-    return [
-        {"index": index, "uuid": uuid, "name": name}
-        for index, uuid, name in rows
-        if index in wanted or uuid in wanted
-    ]
+    return [SlotGpu(index, uuid, name) for index, uuid, name in rows if index in wanted or uuid in wanted]
 
 
-def slot_gpus(slots: Sequence[str]) -> list[dict[str, str]]:
+def slot_gpus(slots: Sequence[str]) -> list[SlotGpu]:
     """The GPUs an engine's slots give it; none on a machine without NVIDIA GPUs."""
     return gpus_of_slots(query_gpus("index,uuid,name"), slots)
 
 
+@dataclass(frozen=True)
+class GpuInfo:
+    """The host's first GPU and the driver, from nvidia-smi; None on a machine without one."""
+
+    gpu: str | None
+    gpu_count: int
+    driver: str | None
+    gpu_memory: str | None
+
+
 @cache
-def gpu_info() -> dict[str, Any]:
-    """GPU names and the driver from nvidia-smi; nulls on a machine without one."""
+def gpu_info() -> GpuInfo:
     rows = query_gpus("name,driver_version,memory.total")
-    return {
-        "gpu": rows[0][0] if rows else None,
-        "gpu_count": len(rows),
-        "driver": rows[0][1] if rows else None,
-        "gpu_memory": rows[0][2] if rows else None,
-    }
+    if not rows:
+        return GpuInfo(gpu=None, gpu_count=0, driver=None, gpu_memory=None)
+    first = rows[0]
+    return GpuInfo(gpu=first[0], gpu_count=len(rows), driver=first[1], gpu_memory=first[2])
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    hostname: str
+    platform: str
+    machine: str
+    cpu_count: int | None
+    python: str
+    gpus: GpuInfo
+    slurm_job_id: str | None  # the cluster job that measured the cell, when one did
+
+    def to_json(self) -> dict[str, Any]:
+        """The provenance record's ``host``: the GPU's keys among the host's, the job's when there is one."""
+        record: dict[str, Any] = {
+            "hostname": self.hostname,
+            "platform": self.platform,
+            "machine": self.machine,
+            "cpu_count": self.cpu_count,
+            "python": self.python,
+            **asdict(self.gpus),
+        }
+        if self.slurm_job_id is not None:
+            record["slurm_job_id"] = self.slurm_job_id
+        return record
 
 
 @cache
-def host_info() -> dict[str, Any]:
-    return {
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        **gpu_info(),
-        # the cluster job that measured the cell, when one did
-        **({"slurm_job_id": os.environ["SLURM_JOB_ID"]} if "SLURM_JOB_ID" in os.environ else {}),
-    }
+def host_info() -> HostInfo:
+    return HostInfo(
+        hostname=socket.gethostname(),
+        platform=platform.platform(),
+        machine=platform.machine(),
+        cpu_count=os.cpu_count(),
+        python=platform.python_version(),
+        gpus=gpu_info(),
+        slurm_job_id=os.environ.get("SLURM_JOB_ID"),
+    )
 
 
-def versions(load_generator: str, load_generator_version: str | None) -> dict[str, Any]:
-    return {
-        "gridbench": gridbench.__version__,
-        "load_generator": load_generator,
-        "load_generator_version": load_generator_version,
-    }
+@dataclass(frozen=True)
+class Versions:
+    """What measured a cell: gridbench and its load generator."""
+
+    gridbench: str
+    load_generator: str
+    load_generator_version: str | None
+
+
+def versions(load_generator: str, load_generator_version: str | None) -> Versions:
+    return Versions(gridbench.__version__, load_generator, load_generator_version)

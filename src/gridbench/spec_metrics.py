@@ -64,23 +64,53 @@ def parse_spec_counters(text: str) -> SpecCounters:
     return SpecCounters(**values, accepted_per_pos=per_pos, present=present)
 
 
-def acceptance(before: SpecCounters, after: SpecCounters) -> dict[str, Any]:
-    """Deltas over the measured window and the rates derived from them (null when undefined)."""
+@dataclass(frozen=True)
+class Acceptance:
+    """The counters' deltas over a measured window and the rates derived from them (None
+    when undefined); ``window`` says which requests the window spans."""
+
+    counters_present: bool
+    delta_drafts: float
+    delta_draft_tokens: float
+    delta_accepted_tokens: float
+    delta_accepted_per_pos: tuple[float, ...]
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    acceptance_per_position: tuple[float, ...] | None
+    window: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``spec_decode`` record of a provenance and a natural result file."""
+        per_position = self.acceptance_per_position
+        return {
+            "counters_present": self.counters_present,
+            "delta_drafts": self.delta_drafts,
+            "delta_draft_tokens": self.delta_draft_tokens,
+            "delta_accepted_tokens": self.delta_accepted_tokens,
+            "delta_accepted_per_pos": list(self.delta_accepted_per_pos),
+            "acceptance_rate": self.acceptance_rate,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "acceptance_per_position": None if per_position is None else list(per_position),
+            "window": self.window,
+        }
+
+
+def acceptance(before: SpecCounters, after: SpecCounters, window: str) -> Acceptance:
+    """Deltas over the measured window and the rates derived from them (None when undefined)."""
     delta = after - before
-    rate = delta.accepted_tokens / delta.draft_tokens if delta.draft_tokens > 0 else None
-    mean_len = 1 + delta.accepted_tokens / delta.drafts if delta.drafts > 0 else None
-    per_pos = (
-        [delta.accepted_per_pos[p] / delta.drafts for p in sorted(delta.accepted_per_pos)]
-        if delta.drafts > 0 and delta.accepted_per_pos
-        else None
+    positions = sorted(delta.accepted_per_pos)
+    return Acceptance(
+        counters_present=delta.present,
+        delta_drafts=delta.drafts,
+        delta_draft_tokens=delta.draft_tokens,
+        delta_accepted_tokens=delta.accepted_tokens,
+        delta_accepted_per_pos=tuple(delta.accepted_per_pos[p] for p in positions),
+        acceptance_rate=delta.accepted_tokens / delta.draft_tokens if delta.draft_tokens > 0 else None,
+        mean_acceptance_length=1 + delta.accepted_tokens / delta.drafts if delta.drafts > 0 else None,
+        acceptance_per_position=(
+            tuple(delta.accepted_per_pos[p] / delta.drafts for p in positions)
+            if delta.drafts > 0 and positions
+            else None
+        ),
+        window=window,
     )
-    return {
-        "counters_present": delta.present,
-        "delta_drafts": delta.drafts,
-        "delta_draft_tokens": delta.draft_tokens,
-        "delta_accepted_tokens": delta.accepted_tokens,
-        "delta_accepted_per_pos": [delta.accepted_per_pos[p] for p in sorted(delta.accepted_per_pos)],
-        "acceptance_rate": rate,
-        "mean_acceptance_length": mean_len,
-        "acceptance_per_position": per_pos,
-    }

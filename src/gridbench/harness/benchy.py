@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -219,13 +219,24 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def read_progress(path: Path) -> list[dict[str, Any]]:
-    events = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                events.append(json.loads(line))
-    return events
+@dataclass(frozen=True)
+class RequestEnd:
+    """A request_end event of llama-benchy's progress file: how one request ended."""
+
+    error: str | None  # empty or None when it succeeded
+    total_tokens: int | None  # the tokens it generated, when it got that far
+
+
+def read_progress(path: Path) -> list[RequestEnd]:
+    """The requests' ends, in the order llama-benchy wrote them; none without a file."""
+    if not path.exists():
+        return []
+    events = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return [
+        RequestEnd(event.get("error"), event.get("total_tokens"))
+        for event in events
+        if event.get("type") == "request_end"
+    ]
 
 
 TRANSPORT_ERRORS = ("Server disconnected", "Can not write request body", "Connection reset")
@@ -256,8 +267,8 @@ def entries_at(result: Mapping[str, Any], depth: int) -> tuple[list[dict[str, An
 
 
 def check_result(
-    result: dict[str, Any],
-    progress: list[dict[str, Any]],
+    result: Mapping[str, Any],
+    ends: Sequence[RequestEnd],
     *,
     depth: int,
     settings: BenchySettings,
@@ -281,12 +292,11 @@ def check_result(
         )
     entry = entries[0]
     expected = settings.runs * settings.concurrency
-    # the progress events do not say which phase a request belongs to: both must succeed
-    ends = [e for e in progress if e.get("type") == "request_end"]
     required = CACHED_REQUIRED_METRICS if prefix_cache else REQUIRED_METRICS
     per_request = CACHED_PER_REQUEST_METRICS if prefix_cache else PER_REQUEST_METRICS
     phases = 2 if prefix_cache else 1
-    errors = [e["error"] for e in ends if e.get("error")]
+    # the progress events do not say which phase a request belongs to: both must succeed
+    errors = [e.error for e in ends if e.error]
     # before the metrics: a failed request leaves them null, and its error is the reason
     if errors:
         kind = (
@@ -321,12 +331,10 @@ def check_result(
             raise BenchmarkError(
                 f"{counted}: requests failed", hint="read the cell log for the failed requests' errors"
             )
-    measured = [e for e in ends if e.get("total_tokens") is not None]
+    measured = [e.total_tokens for e in ends if e.total_tokens is not None]
     if settings.exact_tg:
         # a context load generates tg tokens too (llama-benchy sends it with the same max_tokens)
-        wrong = [
-            e["total_tokens"] for e in measured[-expected * phases :] if e["total_tokens"] != settings.tg
-        ]
+        wrong = [tokens for tokens in measured[-expected * phases :] if tokens != settings.tg]
         if len(measured) < expected * phases or wrong:
             raise BenchmarkError(
                 f"{what}: exact-tg asked for {settings.tg} tokens per request, got "

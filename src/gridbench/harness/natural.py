@@ -32,16 +32,19 @@ import queue
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from gridbench.harness import stats
 from gridbench.harness.prompts import AUTO_PROCESSES, NaturalSettings
 from gridbench.harness.sse import SSEParser, parse_chunk, plain_delta_has_text
-from gridbench.harness.stats import ERRORED, INCOMPLETE, OK, RequestTrace
+from gridbench.harness.stats import ERRORED, INCOMPLETE, OK, LevelSummary, RequestRecord, RequestTrace
+
+if TYPE_CHECKING:  # the harness processes need not import the engine kinds
+    from gridbench.spec_metrics import Acceptance
 
 log = logging.getLogger(__name__)
 
@@ -90,17 +93,6 @@ class LevelPlan:
             **self.extra_body,
             "stream": True,
             "stream_options": {"include_usage": True},
-        }
-
-    def settings_record(self) -> dict[str, Any]:
-        return {
-            "requests": self.requests,
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-            "warmup": self.warmup,
-            "cache_bust": self.cache_bust,
-            "extra_body": self.extra_body,
-            "prompt": self.prompt,
         }
 
 
@@ -380,39 +372,70 @@ def _worker(
     finished.join_thread()  # every trace is in the pipe before the process exits
 
 
-def result_document(
+@dataclass(frozen=True)
+class LevelResult:
+    """One cell's raw result: what it sent, every measured request, and their summary."""
+
+    config: str
+    prompt_class: str
+    plan: LevelPlan
+    requests: tuple[RequestRecord, ...]  # in issue order, numbered from 0
+    summary: LevelSummary
+    spec_decode: Acceptance | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The result file (schema gridbench.natural.v1)."""
+        plan = self.plan
+        return {
+            "schema": SCHEMA,
+            "config": self.config,
+            "prompt_class": self.prompt_class,
+            "concurrency": plan.concurrency,
+            "settings": {
+                "requests": plan.requests,
+                "max_tokens": plan.max_tokens,
+                "temperature": plan.temperature,
+                "warmup": plan.warmup,
+                "cache_bust": plan.cache_bust,
+                "extra_body": plan.extra_body,
+                "prompt": plan.prompt,
+            },
+            "requests": [r.to_json() for r in self.requests],
+            "summary": self.summary.to_json(),
+            "spec_decode": self.spec_decode.to_json() if self.spec_decode else None,
+        }
+
+
+def level_result(
     *,
     config: str,
     prompt_class: str,
     plan: LevelPlan,
     traces: Sequence[RequestTrace],
-    spec_decode: dict[str, Any] | None,
-) -> dict[str, Any]:
-    """The cell's raw result (schema gridbench.natural.v1): settings, every request, summary."""
+    spec_decode: Acceptance | None,
+) -> LevelResult:
+    """The level's records and summary from its measured requests' traces."""
     level_start = min(t.start_ns for t in traces)
-    records = [stats.request_record(t, level_start) for t in sorted(traces, key=lambda t: t.index)]
-    for position, record in enumerate(records):
-        record["index"] = position  # position among the measured requests, in issue order
-    return {
-        "schema": SCHEMA,
-        "config": config,
-        "prompt_class": prompt_class,
-        "concurrency": plan.concurrency,
-        "settings": plan.settings_record(),
-        "requests": records,
-        "summary": stats.summarize(records),
-        "spec_decode": spec_decode,
-    }
+    ordered = sorted(traces, key=lambda t: t.index)
+    # a record's index is its position among the measured requests, in issue order
+    records = tuple(
+        replace(stats.request_record(t, level_start), index=position) for position, t in enumerate(ordered)
+    )
+    return LevelResult(config, prompt_class, plan, records, stats.summarize(records), spec_decode)
 
 
-def warmup_record(traces: Sequence[RequestTrace]) -> list[dict[str, Any]]:
-    """The warm-ups' outcomes, for the provenance record."""
-    return [
-        {
-            "status": t.status,
-            "error": t.error,
-            "e2e_ms": round((t.end_ns - t.start_ns) / 1e6, 3),
-            "output_tokens": t.output_tokens,
-        }
+@dataclass(frozen=True)
+class WarmupOutcome:
+    """How a warm-up request went, for the provenance record."""
+
+    status: str
+    error: str | None
+    e2e_ms: float
+    output_tokens: int | None
+
+
+def warmup_outcomes(traces: Sequence[RequestTrace]) -> tuple[WarmupOutcome, ...]:
+    return tuple(
+        WarmupOutcome(t.status, t.error, round((t.end_ns - t.start_ns) / 1e6, 3), t.output_tokens)
         for t in traces
-    ]
+    )

@@ -9,20 +9,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
 from statistics import fmean
 from typing import Any
 
 OK, ERRORED, INCOMPLETE = "ok", "errored", "incomplete"
-PERCENTILES = (50, 95, 99)
-SUMMARY_METRICS = {  # summary prefix: request record field
-    "ttft_ms": "ttft_ms",
-    "tpot_ms": "tpot_ms",
-    "itl_ms": "itl_ms",
-    "e2e_ms": "e2e_ms",
-    "req_tok_s": "tokens_per_s",
-}
+PERCENTILES = (50, 95, 99)  # a Distribution's fields
 # a percentile with fewer samples above it than this is flagged as noise-sensitive
 MIN_TAIL_SAMPLES = 5
 _DIGITS = 4  # 0.1 µs in ms: far below the clock's and the network's noise
@@ -46,39 +39,58 @@ def _ms(ns: int) -> float:
     return round(ns / 1e6, _DIGITS)
 
 
-def request_record(trace: RequestTrace, level_start_ns: int) -> dict[str, Any]:
-    """The contract's per-request record. Timings are null unless the request is ok."""
-    record: dict[str, Any] = {
-        "index": trace.index,
-        "status": trace.status,
-        "error": trace.error,
-        "start_s": round((trace.start_ns - level_start_ns) / 1e9, 6),
-        "end_s": round((trace.end_ns - level_start_ns) / 1e9, 6),
-        "ttft_ms": None,
-        "e2e_ms": None,
-        "tpot_ms": None,
-        "output_tokens": None,
-        "tokens_per_s": None,
-        "itl_ms": [],
-        "finish_reason": trace.finish_reason,
-    }
+@dataclass(frozen=True)
+class RequestRecord:
+    """The contract's per-request record. Timings are None unless the request is ok."""
+
+    index: int
+    status: str
+    error: str | None
+    start_s: float  # from the level's first request out
+    end_s: float
+    ttft_ms: float | None = None
+    e2e_ms: float | None = None
+    tpot_ms: float | None = None
+    output_tokens: int | None = None
+    tokens_per_s: float | None = None
+    itl_ms: tuple[float, ...] = ()
+    finish_reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as the result file's ``requests`` hold it."""
+        return {**asdict(self), "itl_ms": list(self.itl_ms)}
+
+
+def request_record(trace: RequestTrace, level_start_ns: int) -> RequestRecord:
+    """The request's record from what the client saw of it."""
+    untimed = RequestRecord(
+        index=trace.index,
+        status=trace.status,
+        error=trace.error,
+        start_s=round((trace.start_ns - level_start_ns) / 1e9, 6),
+        end_s=round((trace.end_ns - level_start_ns) / 1e9, 6),
+        finish_reason=trace.finish_reason,
+    )
     if trace.status != OK:
-        return record
+        return untimed
     e2e_ns = trace.end_ns - trace.start_ns
     tokens = trace.output_tokens
-    record["e2e_ms"] = _ms(e2e_ns)
-    record["output_tokens"] = tokens
-    if tokens is not None and e2e_ns > 0:
-        record["tokens_per_s"] = round(tokens / (e2e_ns / 1e9), _DIGITS)
+    tokens_per_s = round(tokens / (e2e_ns / 1e9), _DIGITS) if tokens is not None and e2e_ns > 0 else None
+    ttft_ms = tpot_ms = None
     if trace.text_chunk_ns:
-        first = trace.text_chunk_ns[0]
-        ttft_ns = first - trace.start_ns
-        record["ttft_ms"] = _ms(ttft_ns)
+        ttft_ns = trace.text_chunk_ns[0] - trace.start_ns
+        ttft_ms = _ms(ttft_ns)
         if tokens is not None and tokens > 1:
-            record["tpot_ms"] = round((e2e_ns - ttft_ns) / 1e6 / (tokens - 1), _DIGITS)
-        chunks = trace.text_chunk_ns
-        record["itl_ms"] = [_ms(b - a) for a, b in itertools.pairwise(chunks)]
-    return record
+            tpot_ms = round((e2e_ns - ttft_ns) / 1e6 / (tokens - 1), _DIGITS)
+    return replace(
+        untimed,
+        ttft_ms=ttft_ms,
+        e2e_ms=_ms(e2e_ns),
+        tpot_ms=tpot_ms,
+        output_tokens=tokens,
+        tokens_per_s=tokens_per_s,
+        itl_ms=tuple(_ms(b - a) for a, b in itertools.pairwise(trace.text_chunk_ns)),
+    )
 
 
 def nearest_rank(sorted_values: Sequence[float], p: int) -> float | None:
@@ -89,12 +101,23 @@ def nearest_rank(sorted_values: Sequence[float], p: int) -> float | None:
     return sorted_values[rank - 1]
 
 
-def _describe(values: list[float]) -> dict[str, float | None]:
+@dataclass(frozen=True)
+class Distribution:
+    """One metric over a level's ok requests; None without samples."""
+
+    mean: float | None
+    p50: float | None  # the PERCENTILES, by nearest rank
+    p95: float | None
+    p99: float | None
+
+    def to_json(self, prefix: str) -> dict[str, float | None]:
+        return {f"{prefix}_{stat}": value for stat, value in asdict(self).items()}
+
+
+def _describe(values: list[float]) -> Distribution:
     ordered = sorted(values)
-    described: dict[str, float | None] = {"mean": round(fmean(ordered), _DIGITS) if ordered else None}
-    for p in PERCENTILES:
-        described[f"p{p}"] = nearest_rank(ordered, p)
-    return described
+    mean = round(fmean(ordered), _DIGITS) if ordered else None
+    return Distribution(mean, *(nearest_rank(ordered, p) for p in PERCENTILES))
 
 
 def percentile_warnings(sample_counts: dict[str, int]) -> list[str]:
@@ -129,30 +152,76 @@ def percentile_warnings(sample_counts: dict[str, int]) -> list[str]:
     return warnings
 
 
-def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class LevelSummary:
+    """A level's summary: counts, aggregate throughput, and each metric's distribution."""
+
+    requests: int
+    ok: int
+    errored: int
+    incomplete: int
+    error_rate: float | None  # None for a level of no requests
+    wall_s: float
+    output_tok_s: float | None
+    output_tokens_p50: float | None
+    ttft_ms: Distribution
+    tpot_ms: Distribution
+    itl_ms: Distribution
+    e2e_ms: Distribution
+    req_tok_s: Distribution  # of the records' tokens_per_s
+    percentile_warnings: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The result file's ``summary``: a metric's statistics as flat ``{metric}_{stat}`` keys."""
+        return {
+            "requests": self.requests,
+            "ok": self.ok,
+            "errored": self.errored,
+            "incomplete": self.incomplete,
+            "error_rate": self.error_rate,
+            "wall_s": self.wall_s,
+            "output_tok_s": self.output_tok_s,
+            "output_tokens_p50": self.output_tokens_p50,
+            **self.ttft_ms.to_json("ttft_ms"),
+            **self.tpot_ms.to_json("tpot_ms"),
+            **self.itl_ms.to_json("itl_ms"),
+            **self.e2e_ms.to_json("e2e_ms"),
+            **self.req_tok_s.to_json("req_tok_s"),
+            "percentile_warnings": list(self.percentile_warnings),
+        }
+
+
+def _present(values: Iterable[float | None]) -> list[float]:
+    return [v for v in values if v is not None]
+
+
+def summarize(records: Sequence[RequestRecord]) -> LevelSummary:
     """The level's summary from its request records (statistics over the ok requests)."""
-    ok = [r for r in records if r["status"] == OK]
-    counts = {status: sum(r["status"] == status for r in records) for status in (OK, ERRORED, INCOMPLETE)}
-    wall_s = max((r["end_s"] for r in records), default=0.0) - min(
-        (r["start_s"] for r in records), default=0.0
-    )
-    tokens = [r["output_tokens"] for r in ok if r["output_tokens"] is not None]
-    summary: dict[str, Any] = {
-        "requests": len(records),
-        **counts,
-        "error_rate": round((counts[ERRORED] + counts[INCOMPLETE]) / len(records), 6) if records else None,
-        "wall_s": round(wall_s, 6),
-        "output_tok_s": round(sum(tokens) / wall_s, _DIGITS) if tokens and wall_s > 0 else None,
-        "output_tokens_p50": nearest_rank(sorted(tokens), 50),
+    ok = [r for r in records if r.status == OK]
+    errored = sum(r.status == ERRORED for r in records)
+    incomplete = sum(r.status == INCOMPLETE for r in records)
+    wall_s = max((r.end_s for r in records), default=0.0) - min((r.start_s for r in records), default=0.0)
+    tokens = [r.output_tokens for r in ok if r.output_tokens is not None]
+    samples = {  # in the order the warnings name them
+        "ttft_ms": _present(r.ttft_ms for r in ok),
+        "tpot_ms": _present(r.tpot_ms for r in ok),
+        "itl_ms": [gap for r in ok for gap in r.itl_ms],
+        "e2e_ms": _present(r.e2e_ms for r in ok),
+        "req_tok_s": _present(r.tokens_per_s for r in ok),
     }
-    sample_counts = {}
-    for prefix, field in SUMMARY_METRICS.items():
-        if field == "itl_ms":
-            values = [gap for r in ok for gap in r["itl_ms"]]
-        else:
-            values = [r[field] for r in ok if r[field] is not None]
-        sample_counts[prefix] = len(values)
-        for stat, value in _describe(values).items():
-            summary[f"{prefix}_{stat}"] = value
-    summary["percentile_warnings"] = percentile_warnings(sample_counts)
-    return summary
+    return LevelSummary(
+        requests=len(records),
+        ok=len(ok),
+        errored=errored,
+        incomplete=incomplete,
+        error_rate=round((errored + incomplete) / len(records), 6) if records else None,
+        wall_s=round(wall_s, 6),
+        output_tok_s=round(sum(tokens) / wall_s, _DIGITS) if tokens and wall_s > 0 else None,
+        output_tokens_p50=nearest_rank(sorted(tokens), 50),
+        ttft_ms=_describe(samples["ttft_ms"]),
+        tpot_ms=_describe(samples["tpot_ms"]),
+        itl_ms=_describe(samples["itl_ms"]),
+        e2e_ms=_describe(samples["e2e_ms"]),
+        req_tok_s=_describe(samples["req_tok_s"]),
+        percentile_warnings=tuple(percentile_warnings({metric: len(v) for metric, v in samples.items()})),
+    )
