@@ -200,7 +200,7 @@ def test_capacity_is_the_highest_level_meeting_every_target():
         ("dialogue", None),
         ("prose", None),
     ]
-    assert caps[0].first_miss["concurrency"] == 16
+    assert caps[0].first_miss is not None and caps[0].first_miss.concurrency == 16
     assert caps[2].first_miss is None  # nothing was measured there
 
 
@@ -393,3 +393,21 @@ def test_the_best_level_under_targets_is_the_most_throughput_per_gpu_that_meets_
     best = analysis.best_under_targets(points)["code"]
     assert (best.config, best.concurrency, best.on_frontier) == ("A", 4, True)
     assert [p.meets_targets for p in points] == [True, True, False]
+
+
+def test_a_cell_read_from_its_row_has_a_measure_only_where_it_was_measured():
+    cells = analysis.cell_index(
+        frame([("a", 0, 10.0, None, "none", "e", "c"), ("a", 512, None, None, "none", "e", "c")])
+    )
+    assert cells[("a", 0)].measure("decode_tps") == Measure(10.0, 0.0)  # a missing std counts as 0
+    assert cells[("a", 0)].measure("ttft_ms") is None  # a column the dataset lacks
+    assert cells[("a", 512)].status == "failed" and cells[("a", 512)].measure("decode_tps") is None
+    assert analysis.measure_at(cells, "a", 1024, "decode_tps") is None  # not in the grid
+
+
+def test_a_config_without_declared_weights_holds_its_checkpoints_model():
+    rows = frame([("a", 0, 10.0, 0.1, "none", "e", "f16"), ("b", 0, 12.0, 0.1, "none", "e", "q8")])
+    rows["weights"] = ["m", pd.NA]
+    a, b = analysis.config_identities(rows)
+    assert (a.model, b.model) == ("m", "q8")
+    assert (a.weights, b.weights) == ("m", None)

@@ -19,7 +19,7 @@ from browser import CHROMIUM, Chromium
 from conftest import REPO
 from gridbench import layout
 from gridbench.aggregate import explorer
-from gridbench.grid import load_grid_json
+from gridbench.loading import load_grid_json
 
 SCREENSHOTS = REPO / "logs/browser"
 H200_VLLM = REPO / "studies/h200-vllm"
@@ -100,6 +100,20 @@ def test_a_hover_gives_the_cell_values_and_provenance(seed002):
     assert any(line.startswith("measured: 2026-07-09T12:00") for line in hover)
     assert "raw file: results/raw/Q_nvfp4_dfl8/depth_65536.json" in hover
     assert trace.meta == {"engine": "aeon", "checkpoint": "nvfp4", "speculation": "dfl8"}
+
+
+def test_an_axis_becomes_plotlys_settings_in_one_key_order():
+    concurrency = explorer.Axis("concurrency", scale="log", ticks=[1, 16]).to_plotly()
+    assert list(concurrency.items()) == [
+        ("title", "concurrency"),
+        ("type", "log"),
+        ("tickvals", [1, 16]),
+        ("ticktext", ["1", "16"]),
+    ]
+    assert explorer.Axis("accepted per draft", range=(0, 1.05)).to_plotly() == {
+        "title": "accepted per draft",
+        "range": [0, 1.05],
+    }
 
 
 def test_the_page_inlines_plotly_and_loads_nothing_else(seed002):

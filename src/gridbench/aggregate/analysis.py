@@ -15,7 +15,6 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 
@@ -26,6 +25,11 @@ SUMMARY_DECODE_DEPTHS = (0, 4096, 16384, 32768)
 SUMMARY_TTFT_DEPTHS = (16384, 32768)
 GROUPED_DEPTHS = (0, 8192, 16384, 32768)
 
+# A dataset row (column -> value) for code that is generic over a column name; a missing value
+# may be None, NaN or pd.NA, which ``missing`` tells apart from a value.
+Scalar = str | int | float | bool | None
+Row = Mapping[str, Scalar]
+
 
 @dataclass(frozen=True)
 class Measure:
@@ -35,10 +39,10 @@ class Measure:
     std: float = 0.0
 
     @classmethod
-    def of(cls, mean: Any, std: Any = None) -> Measure | None:
-        if missing(mean):
+    def of(cls, mean: Scalar, std: Scalar = None) -> Measure | None:
+        if mean is None or missing(mean):
             return None
-        return cls(float(mean), 0.0 if missing(std) else float(std))
+        return cls(float(mean), 0.0 if std is None or missing(std) else float(std))
 
     def spread_with(self, other: Measure) -> float:
         return math.hypot(self.std, other.std)
@@ -57,7 +61,7 @@ class Measure:
         return Measure(value, abs(value) * rel)
 
 
-def missing(value: Any) -> bool:
+def missing(value: object) -> bool:
     return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
@@ -76,19 +80,130 @@ def config_order(frame: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(frame["config"]))
 
 
-def cell_index(frame: pd.DataFrame) -> dict[tuple[str, int], dict[str, Any]]:
-    """Rows by (config, depth), for lookups in loops (filtering a wide frame copies it)."""
-    return {(r["config"], int(r["context_tokens"])): r for r in frame.to_dict("records")}
+def rows(frame: pd.DataFrame) -> list[Row]:
+    """The frame's rows, each as column -> value."""
+    records: list[Row] = frame.to_dict("records")
+    return records
 
 
-def measure_at(
-    cells: Mapping[tuple[str, int], Mapping[str, Any]], config: str, depth: int, column: str
-) -> Measure | None:
+def optional_str(value: Scalar) -> str | None:
+    return None if value is None or missing(value) else str(value)
+
+
+def optional_float(value: Scalar) -> float | None:
+    return None if value is None or missing(value) else float(value)
+
+
+def optional_int(value: Scalar) -> int | None:
+    return None if value is None or missing(value) else int(value)
+
+
+def integer(value: Scalar) -> int:
+    """A value every row has (a depth, a concurrency level) as an int."""
+    if value is None:
+        raise TypeError("a dataset row lacks a value it always has")
+    return int(value)
+
+
+def number(value: Scalar) -> float:
+    """A value the row is known to have (its frame dropped the rows without) as a float."""
+    if value is None:
+        raise TypeError("a dataset row lacks a value it always has")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class CellMeasures:
+    """A depth dataset row as the analyses read it: which cell, how it ended, what it measured."""
+
+    config: str
+    depth: int
+    status: str
+    reason: str | None
+    # every column with a "<column>_std" beside it that has a value: decode_tps, ttft_ms, ...
+    measures: Mapping[str, Measure]
+    acceptance_rate: float | None
+
+    @classmethod
+    def of(cls, row: Row) -> CellMeasures:
+        measures = {
+            column: measure
+            for column in row
+            if f"{column}_std" in row
+            and (measure := Measure.of(row[column], row[f"{column}_std"])) is not None
+        }
+        return cls(
+            config=str(row["config"]),
+            depth=integer(row["context_tokens"]),
+            status=str(row["status"]),
+            reason=optional_str(row.get("reason")),
+            measures=measures,
+            acceptance_rate=optional_float(row.get("acceptance_rate")),
+        )
+
+    def measure(self, column: str) -> Measure | None:
+        """The cell's measure of ``column``; None when the cell failed, was skipped or has none."""
+        return self.measures.get(column) if self.status == "ok" else None
+
+
+# (config, depth) -> its cell
+CellIndex = Mapping[tuple[str, int], CellMeasures]
+
+
+def cell_index(frame: pd.DataFrame) -> dict[tuple[str, int], CellMeasures]:
+    """Cells by (config, depth), for lookups in loops (filtering a wide frame copies it)."""
+    return {(cell.config, cell.depth): cell for cell in map(CellMeasures.of, rows(frame))}
+
+
+@dataclass(frozen=True)
+class ConfigIdentity:
+    """What a config is and serves, the same on each of its rows (depth or natural)."""
+
+    config: str
+    label: str
+    engine: str
+    engine_label: str
+    checkpoint: str
+    quantization: str
+    weights: str | None  # the checkpoint's declared weights
+    speculation: str
+    speculation_label: str
+    speculation_method: str
+    num_speculative_tokens: int | None
+    active_weight_gb: float | None
+
+    @classmethod
+    def of(cls, row: Row) -> ConfigIdentity:
+        return cls(
+            config=str(row["config"]),
+            label=str(row["config_label"]),
+            engine=str(row["engine"]),
+            engine_label=str(row["engine_label"]),
+            checkpoint=str(row["checkpoint"]),
+            quantization=str(row["quantization"]),
+            weights=optional_str(row.get("weights")),
+            speculation=str(row["speculation"]),
+            speculation_label=str(row["speculation_label"]),
+            speculation_method=str(row["speculation_method"]),
+            num_speculative_tokens=optional_int(row.get("num_speculative_tokens")),
+            active_weight_gb=optional_float(row.get("active_weight_gb")),
+        )
+
+    @property
+    def model(self) -> str:
+        """The model its checkpoint holds: the declared weights, else the checkpoint itself."""
+        return self.checkpoint if self.weights is None else self.weights
+
+
+def config_identities(frame: pd.DataFrame) -> list[ConfigIdentity]:
+    """Each config of the frame once, in config order."""
+    return [ConfigIdentity.of(row) for row in rows(frame.drop_duplicates("config"))]
+
+
+def measure_at(cells: CellIndex, config: str, depth: int, column: str) -> Measure | None:
     """The measure of a measured cell (None when the cell is absent, failed or skipped)."""
-    row = cells.get((config, depth))
-    if row is None or row["status"] != "ok":
-        return None
-    return Measure.of(row[column], row.get(f"{column}_std"))
+    cell = cells.get((config, depth))
+    return None if cell is None else cell.measure(column)
 
 
 def short_depth(depth: int) -> str:
@@ -184,9 +299,7 @@ class Speedup:
         return runs
 
 
-def ratio_points(
-    cells: Mapping[tuple[str, int], Mapping[str, Any]], config: str, other: str, column: str
-) -> tuple[SpeedupPoint, ...]:
+def ratio_points(cells: CellIndex, config: str, other: str, column: str) -> tuple[SpeedupPoint, ...]:
     """``config`` over ``other`` at every depth both measured (``cells``: a ``cell_index``)."""
     points = []
     for depth in sorted(d for c, d in cells if c == config and (other, d) in cells):
@@ -209,34 +322,29 @@ def speedups(frame: pd.DataFrame, study: StudyInfo, column: str = "decode_tps") 
 
 # --- engines on the same weights --------------------------------------------------------
 
-# what two configs on different engines share to be compared: speculation names differ
-# between engines, so the method and draft length stand for them
-ENGINE_PAIRING = ("weights", "speculation_method", "num_speculative_tokens")
 
-
-def _pairing_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
-    return tuple(None if missing(row[c]) else row[c] for c in ENGINE_PAIRING)
+def _engine_pairing(config: ConfigIdentity) -> tuple[str | None, str, int | None]:
+    # what two configs on different engines share to be compared: speculation names differ
+    # between engines, so the method and draft length stand for them
+    return (config.weights, config.speculation_method, config.num_speculative_tokens)
 
 
 def engine_comparisons(frame: pd.DataFrame, column: str = "decode_tps") -> list[Speedup]:
-    """Every two configs on different engines with the same ``ENGINE_PAIRING`` values, at
-    every depth both measured (no points when none). The engine that comes first in the
-    config order is over the other in every pair, so each pair of engines reads one way."""
+    """Every two configs on different engines with the same weights, speculation method and
+    draft length, at every depth both measured (no points when none). The engine that comes
+    first in the config order is over the other in every pair, so each pair of engines reads
+    one way."""
     cells = cell_index(frame)
-    meta = frame.drop_duplicates("config").to_dict("records")
-    engine_rank = {engine: rank for rank, engine in enumerate(dict.fromkeys(r["engine"] for r in meta))}
+    configs = config_identities(frame)
+    engine_rank = {engine: rank for rank, engine in enumerate(dict.fromkeys(c.engine for c in configs))}
     result = []
-    for i, a in enumerate(meta):
-        for b in meta[i + 1 :]:
-            if a["engine"] == b["engine"] or _pairing_key(a) != _pairing_key(b):
+    for i, a in enumerate(configs):
+        for b in configs[i + 1 :]:
+            if a.engine == b.engine or _engine_pairing(a) != _engine_pairing(b):
                 continue
-            first, second = (a, b) if engine_rank[a["engine"]] < engine_rank[b["engine"]] else (b, a)
+            first, second = (a, b) if engine_rank[a.engine] < engine_rank[b.engine] else (b, a)
             result.append(
-                Speedup(
-                    first["config"],
-                    second["config"],
-                    ratio_points(cells, first["config"], second["config"], column),
-                )
+                Speedup(first.config, second.config, ratio_points(cells, first.config, second.config, column))
             )
     return result
 
@@ -256,32 +364,34 @@ def engine_starts(frames: Iterable[pd.DataFrame | None]) -> list[EngineStart]:
     start-up of the engine it ran on, a reused one's too, so one (fingerprint, start-up) is
     one start: also one whose first cell failed, and one that configs differing only in
     labels shared."""
-    starts: dict[tuple[Any, float], dict[str, Any]] = {}
+    # (fingerprint, start-up) -> (engine label, the config of each cell on it)
+    starts: dict[tuple[str, float], tuple[str, list[str]]] = {}
     for frame in frames:
         if frame is None:
             continue
-        for row in measured(frame).to_dict("records"):
-            if missing(row["engine_startup_s"]):
+        for row in rows(measured(frame)):
+            startup_s = optional_float(row["engine_startup_s"])
+            if startup_s is None:
                 continue
-            key = (row["fingerprint"], float(row["engine_startup_s"]))
-            start = starts.setdefault(key, {"configs": {}, "engine_label": row["engine_label"], "cells": 0})
-            start["configs"][row["config"]] = None
-            start["cells"] += 1
+            _, configs = starts.setdefault(
+                (str(row["fingerprint"]), startup_s), (str(row["engine_label"]), [])
+            )
+            configs.append(str(row["config"]))
     return [
-        EngineStart(tuple(start["configs"]), start["engine_label"], startup_s, start["cells"])
-        for (_, startup_s), start in starts.items()
+        EngineStart(tuple(dict.fromkeys(configs)), engine_label, startup_s, len(configs))
+        for (_, startup_s), (engine_label, configs) in starts.items()
     ]
 
 
 # --- quantization: one model's weights in different precisions ---------------------------
 
 
-def _shares_weights(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+def _shares_weights(a: ConfigIdentity, b: ConfigIdentity) -> bool:
     """Whether two checkpoints hold the same model: their declared ``weights`` match, or
     neither declares any (``weights`` then falls back to the checkpoint's own name), as in a
     grid that quantizes one model per engine."""
-    declared = [row["weights"] != row["checkpoint"] for row in (a, b)]
-    return a["weights"] == b["weights"] if any(declared) else True
+    declared = [c.model != c.checkpoint for c in (a, b)]
+    return a.model == b.model if any(declared) else True
 
 
 def quantization_comparisons(frame: pd.DataFrame, column: str = "decode_tps") -> list[Speedup]:
@@ -289,38 +399,32 @@ def quantization_comparisons(frame: pd.DataFrame, column: str = "decode_tps") ->
     model in the most bytes per token (its reference precision), at every depth both
     measured. Speculation is left out: its acceptance, not the weights, would decide."""
     cells = cell_index(frame)
-    meta = frame[frame["speculation_method"] == "none"].drop_duplicates("config")
-    meta = meta.assign(weights=meta.get("weights", meta["checkpoint"]).fillna(meta["checkpoint"]))
-    rows = meta.to_dict("records")
+    configs = [c for c in config_identities(frame) if c.speculation_method == "none"]
     result = []
-    for engine in dict.fromkeys(r["engine"] for r in rows):
-        on_engine = [r for r in rows if r["engine"] == engine]
+    for engine in dict.fromkeys(c.engine for c in configs):
+        on_engine = [c for c in configs if c.engine == engine]
         claimed: set[str] = set()
         for reference in sorted(on_engine, key=_bytes_per_token, reverse=True):
-            if reference["config"] in claimed:
+            if reference.config in claimed:
                 continue
             group = [
-                r
-                for r in on_engine
-                if r["config"] not in claimed
-                and r["checkpoint"] != reference["checkpoint"]
-                and _shares_weights(r, reference)
+                c
+                for c in on_engine
+                if c.config not in claimed
+                and c.checkpoint != reference.checkpoint
+                and _shares_weights(c, reference)
             ]
-            claimed.update(r["config"] for r in [reference, *group])
+            claimed.update(c.config for c in [reference, *group])
             result += [
-                Speedup(
-                    r["config"],
-                    reference["config"],
-                    ratio_points(cells, r["config"], reference["config"], column),
-                )
-                for r in group
+                Speedup(c.config, reference.config, ratio_points(cells, c.config, reference.config, column))
+                for c in group
             ]
     return result
 
 
-def _bytes_per_token(row: Mapping[str, Any]) -> float:
+def _bytes_per_token(config: ConfigIdentity) -> float:
     # unknown sizes sort last: such a config is compared to a known one, not used as reference
-    return -math.inf if missing(row.get("active_weight_gb")) else float(row["active_weight_gb"])
+    return -math.inf if config.active_weight_gb is None else config.active_weight_gb
 
 
 # --- how a ratio changes with depth ------------------------------------------------------
@@ -435,10 +539,10 @@ def rooflines(frame: pd.DataFrame, memory_bandwidth_gb_s: float | None) -> list[
     ok = measured(frame)
     result = []
     for config in config_order(frame):
-        rows = ok[ok["config"] == config].sort_values("context_tokens")
-        if rows.empty or missing(rows.iloc[0]["active_weight_gb"]):
+        by_depth = ok[ok["config"] == config].sort_values("context_tokens")
+        if by_depth.empty or missing(by_depth.iloc[0]["active_weight_gb"]):
             continue
-        row = rows.iloc[0]
+        row = by_depth.iloc[0]
         decode = Measure.of(row["decode_tps"], row["decode_tps_std"])
         if decode is None:
             continue
@@ -476,17 +580,38 @@ def acceptance_by_position(frame: pd.DataFrame) -> dict[str, list[float] | None]
 
 
 @dataclass(frozen=True)
+class NaturalLevel:
+    """A measured concurrency level of a (config, prompt class), as the capacity quotes it."""
+
+    concurrency: int
+    output_tok_s: float | None
+    ttft_ms_p50: float | None
+    tpot_ms_p50: float | None
+
+    @classmethod
+    def of(cls, row: Row) -> NaturalLevel:
+        return cls(
+            concurrency=integer(row["concurrency"]),
+            output_tok_s=optional_float(row.get("output_tok_s")),
+            ttft_ms_p50=optional_float(row.get("ttft_ms_p50")),
+            tpot_ms_p50=optional_float(row.get("tpot_ms_p50")),
+        )
+
+
+@dataclass(frozen=True)
 class Capacity:
     config: str
     prompt_class: str
     concurrency: int | None  # the highest level meeting both targets; None when none does
-    row: Mapping[str, Any] | None  # that level's row
-    first_miss: Mapping[str, Any] | None  # the lowest measured level that misses
+    best: NaturalLevel | None  # that level
+    first_miss: NaturalLevel | None  # the lowest measured level that misses
 
 
-def meets(row: Mapping[str, Any], targets: Mapping[str, float]) -> bool:
+def meets(row: Row, targets: Mapping[str, float]) -> bool:
+    """Whether a natural row's values of the targets' columns are all there and within them."""
     return all(
-        not missing(row[metric]) and float(row[metric]) <= target for metric, target in targets.items()
+        (value := optional_float(row[metric])) is not None and value <= target
+        for metric, target in targets.items()
     )
 
 
@@ -500,15 +625,15 @@ def capacities(natural: pd.DataFrame, targets: Mapping[str, float]) -> list[Capa
         )
         if levels.empty and group.empty:
             continue
-        rows = levels.to_dict("records")
-        passing = [r for r in rows if meets(r, targets)]
-        missing = [r for r in rows if not meets(r, targets)]
+        measured_levels = rows(levels)
+        passing = [NaturalLevel.of(r) for r in measured_levels if meets(r, targets)]
+        missing = [NaturalLevel.of(r) for r in measured_levels if not meets(r, targets)]
         best = passing[-1] if passing else None
         result.append(
             Capacity(
                 config,
                 prompt_class,
-                int(best["concurrency"]) if best else None,
+                best.concurrency if best else None,
                 best,
                 missing[0] if missing else None,
             )
@@ -535,27 +660,23 @@ class ParetoPoint:
     meets_targets: bool | None  # None: the study sets no latency targets
 
 
-def _float_or_none(value: Any) -> float | None:
-    return None if missing(value) else float(value)
-
-
 def pareto_points(natural: pd.DataFrame, targets: Mapping[str, float]) -> list[ParetoPoint]:
     """Every measured level, flagged when no other level of its prompt class is at least as
     fast per user and per GPU and faster in one of the two."""
     ok = natural[natural["status"] == "ok"].dropna(subset=["req_tok_s_p50", "output_tok_s"])
     points = []
-    for row in ok.to_dict("records"):
-        gpus = int(row["gpu_count"]) if not missing(row.get("gpu_count")) and row["gpu_count"] else 1
+    for row in rows(ok):
+        gpus = optional_int(row.get("gpu_count")) or 1
         points.append(
             ParetoPoint(
-                config=row["config"],
-                prompt_class=row["prompt_class"],
-                concurrency=int(row["concurrency"]),
-                per_user_tok_s=float(row["req_tok_s_p50"]),
-                tok_s_per_gpu=float(row["output_tok_s"]) / gpus,
+                config=str(row["config"]),
+                prompt_class=str(row["prompt_class"]),
+                concurrency=integer(row["concurrency"]),
+                per_user_tok_s=number(row["req_tok_s_p50"]),
+                tok_s_per_gpu=number(row["output_tok_s"]) / gpus,
                 gpus=gpus,
-                ttft_ms_p50=_float_or_none(row.get("ttft_ms_p50")),
-                tpot_ms_p50=_float_or_none(row.get("tpot_ms_p50")),
+                ttft_ms_p50=optional_float(row.get("ttft_ms_p50")),
+                tpot_ms_p50=optional_float(row.get("tpot_ms_p50")),
                 on_frontier=False,
                 meets_targets=meets(row, targets) if targets else None,
             )

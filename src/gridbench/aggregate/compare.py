@@ -13,11 +13,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-from gridbench.aggregate.analysis import TIE, WIN, Measure
+from gridbench.aggregate.analysis import TIE, WIN, Measure, cell_index
 
 BETTER, WORSE = "better", "worse"
 # what a renamed config must share with its counterpart to be compared
@@ -129,9 +128,9 @@ def match_configs(before: pd.DataFrame, after: pd.DataFrame) -> list[ConfigMatch
     left_before = [n for n in names_before if n not in names_after]
     left_after = [n for n in names_after if n not in names_before]
 
-    def keys(frame: pd.DataFrame, names: Sequence[str]) -> dict[tuple[Any, ...], list[str]]:
+    def keys(frame: pd.DataFrame, names: Sequence[str]) -> dict[tuple[object, ...], list[str]]:
         rows = frame.drop_duplicates("config").set_index("config")
-        found: dict[tuple[Any, ...], list[str]] = {}
+        found: dict[tuple[object, ...], list[str]] = {}
         for name in names:
             key = tuple(_value(rows.at[name, column]) if column in rows else None for column in LABEL_MATCH)
             found.setdefault(key, []).append(name)
@@ -145,10 +144,6 @@ def match_configs(before: pd.DataFrame, after: pd.DataFrame) -> list[ConfigMatch
     return matches
 
 
-def _cells(frame: pd.DataFrame) -> dict[tuple[str, int], dict[str, Any]]:
-    return {(r["config"], int(r["context_tokens"])): r for r in frame.to_dict("records")}
-
-
 def _outcome(metric: ComparedMetric, before: Measure, after: Measure) -> str:
     versus = after.versus(before)
     if versus == TIE:
@@ -159,7 +154,7 @@ def _outcome(metric: ComparedMetric, before: Measure, after: Measure) -> str:
 def compare_studies(before: pd.DataFrame, after: pd.DataFrame, threshold: float = 0.05) -> StudyComparison:
     """``after`` against ``before`` (two depth datasets) at every matched (config, depth)."""
     matches = match_configs(before, after)
-    cells_before, cells_after = _cells(before), _cells(after)
+    cells_before, cells_after = cell_index(before), cell_index(after)
     metrics = tuple(
         m for m in METRICS if any(m.column in f and f[m.column].notna().any() for f in (before, after))
     )
@@ -172,18 +167,18 @@ def compare_studies(before: pd.DataFrame, after: pd.DataFrame, threshold: float 
             | {d for c, d in cells_after if c == match.after}
         )
         for depth in depths:
-            row_before = cells_before.get((match.before, depth))
-            row_after = cells_after.get((match.after, depth))
-            status_before = row_before["status"] if row_before else "absent"
-            status_after = row_after["status"] if row_after else "absent"
-            if row_before is None or row_after is None or status_before != "ok" or status_after != "ok":
-                failed = row_after if status_after not in ("ok", "absent") else row_before
-                reason = (failed or {}).get("reason") or "not in that study's grid"
-                gaps.append(CellGap(match.after, depth, status_before, status_after, str(reason)))
+            cell_before = cells_before.get((match.before, depth))
+            cell_after = cells_after.get((match.after, depth))
+            status_before = cell_before.status if cell_before else "absent"
+            status_after = cell_after.status if cell_after else "absent"
+            if cell_before is None or cell_after is None or status_before != "ok" or status_after != "ok":
+                failed = cell_after if status_after not in ("ok", "absent") else cell_before
+                reason = (failed.reason if failed else None) or "not in that study's grid"
+                gaps.append(CellGap(match.after, depth, status_before, status_after, reason))
                 continue
             for metric in metrics:
-                a = Measure.of(row_before.get(metric.column), row_before.get(f"{metric.column}_std"))
-                b = Measure.of(row_after.get(metric.column), row_after.get(f"{metric.column}_std"))
+                a = cell_before.measure(metric.column)
+                b = cell_after.measure(metric.column)
                 if a is None and b is None and metric.only_some_cells:
                     continue
                 if a is None or b is None or a.mean <= 0:

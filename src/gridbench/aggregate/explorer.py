@@ -17,13 +17,22 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
 
 from gridbench.aggregate import analysis
-from gridbench.aggregate.analysis import Measure, Speedup
+from gridbench.aggregate.analysis import (
+    CellMeasures,
+    ConfigIdentity,
+    Measure,
+    Row,
+    Speedup,
+    integer,
+    optional_float,
+    optional_int,
+    optional_str,
+)
 from gridbench.files import atomic_write_text
 from gridbench.grid import StudyInfo
 
@@ -127,64 +136,57 @@ class ExplorerData:
 # --- frames to records -------------------------------------------------------------------
 
 
-def _value(row: Mapping[str, Any], column: str) -> Any:
-    value = row.get(column)
-    return None if value is None or value is pd.NA or (isinstance(value, float) and value != value) else value
-
-
-def _float(row: Mapping[str, Any], column: str) -> float | None:
-    value = _value(row, column)
-    return None if value is None else float(value)
-
-
-def _facets(row: Mapping[str, Any]) -> ConfigFacets:
+def _facets(config: ConfigIdentity) -> ConfigFacets:
     return ConfigFacets(
-        config=row["config"],
-        label=row["config_label"],
-        engine=row["engine"],
-        engine_label=row["engine_label"],
-        checkpoint=row["checkpoint"],
-        quantization=row["quantization"],
-        speculation=row["speculation"],
-        speculation_label=row["speculation_label"],
-        speculative=row["speculation_method"] != "none",
+        config=config.config,
+        label=config.label,
+        engine=config.engine,
+        engine_label=config.engine_label,
+        checkpoint=config.checkpoint,
+        quantization=config.quantization,
+        speculation=config.speculation,
+        speculation_label=config.speculation_label,
+        speculative=config.speculation_method != "none",
     )
 
 
-def _provenance(row: Mapping[str, Any]) -> Provenance:
+def _provenance(row: Row) -> Provenance:
     return Provenance(
-        engine_version=_value(row, "engine_version"),
-        image=_value(row, "image_digest") or _value(row, "image"),
-        serve_command=_value(row, "serve_command"),
-        gpu=_value(row, "gpu"),
-        hostname=_value(row, "hostname"),
-        started_at=_value(row, "started_at"),
-        raw_path=_value(row, "raw_path"),
+        engine_version=optional_str(row.get("engine_version")),
+        image=optional_str(row.get("image_digest")) or optional_str(row.get("image")),
+        serve_command=optional_str(row.get("serve_command")),
+        gpu=optional_str(row.get("gpu")),
+        hostname=optional_str(row.get("hostname")),
+        started_at=optional_str(row.get("started_at")),
+        raw_path=optional_str(row.get("raw_path")),
     )
 
 
-def _records(frame: pd.DataFrame | None) -> list[dict[str, Any]]:
-    return [] if frame is None else frame.to_dict("records")
+def _rows(frame: pd.DataFrame | None) -> list[Row]:
+    return [] if frame is None else analysis.rows(frame)
+
+
+def _depth_cell(row: Row, configs: Mapping[str, ConfigFacets]) -> DepthCell:
+    cell = CellMeasures.of(row)
+    return DepthCell(
+        facets=configs[cell.config],
+        depth=cell.depth,
+        decode_tps=cell.measure("decode_tps"),
+        ttft_ms=cell.measure("ttft_ms"),
+        prefill_tps=cell.measure("prefill_tps"),
+        runs=optional_int(row.get("runs")),
+        acceptance_rate=cell.acceptance_rate,
+        provenance=_provenance(row),
+    )
 
 
 def explorer_data(
     depth: pd.DataFrame, natural: pd.DataFrame | None, study: StudyInfo, title: str
 ) -> ExplorerData:
     """The explorer's records from the dataset frames (``study``: the grid's, for baselines)."""
-    configs = {r["config"]: _facets(r) for r in [*_records(depth), *_records(natural)]}
-    depth_cells = tuple(
-        DepthCell(
-            facets=configs[r["config"]],
-            depth=int(r["context_tokens"]),
-            decode_tps=Measure.of(r["decode_tps"], r["decode_tps_std"]),
-            ttft_ms=Measure.of(r["ttft_ms"], r["ttft_ms_std"]),
-            prefill_tps=Measure.of(r["prefill_tps"], r["prefill_tps_std"]),
-            runs=_value(r, "runs"),
-            acceptance_rate=_float(r, "acceptance_rate"),
-            provenance=_provenance(r),
-        )
-        for r in _records(analysis.measured(depth))
-    )
+    identities = [ConfigIdentity.of(r) for r in [*_rows(depth), *_rows(natural)]]
+    configs = {c.config: _facets(c) for c in identities}
+    depth_cells = tuple(_depth_cell(r, configs) for r in _rows(analysis.measured(depth)))
     measured_cells = analysis.measured(depth)["config"].value_counts()
     acceptance = tuple(
         Acceptance(configs[config], tuple(rates), int(measured_cells.get(config, 0)))
@@ -193,24 +195,51 @@ def explorer_data(
     )
     natural_cells = tuple(
         NaturalCell(
-            facets=configs[r["config"]],
-            prompt_class=r["prompt_class"],
-            concurrency=int(r["concurrency"]),
-            output_tok_s=_float(r, "output_tok_s"),
-            ttft_ms_p50=_float(r, "ttft_ms_p50"),
-            ttft_ms_p95=_float(r, "ttft_ms_p95"),
-            tpot_ms_p50=_float(r, "tpot_ms_p50"),
-            tpot_ms_p95=_float(r, "tpot_ms_p95"),
-            requests_ok=f"{_value(r, 'ok')}/{_value(r, 'requests')}",
+            facets=configs[str(r["config"])],
+            prompt_class=str(r["prompt_class"]),
+            concurrency=integer(r["concurrency"]),
+            output_tok_s=optional_float(r.get("output_tok_s")),
+            ttft_ms_p50=optional_float(r.get("ttft_ms_p50")),
+            ttft_ms_p95=optional_float(r.get("ttft_ms_p95")),
+            tpot_ms_p50=optional_float(r.get("tpot_ms_p50")),
+            tpot_ms_p95=optional_float(r.get("tpot_ms_p95")),
+            requests_ok=f"{optional_int(r.get('ok'))}/{optional_int(r.get('requests'))}",
             provenance=_provenance(r),
         )
-        for r in _records(None if natural is None else natural[natural["status"] == "ok"])
+        for r in _rows(None if natural is None else natural[natural["status"] == "ok"])
     )
     speedups = tuple(s for s in analysis.speedups(depth, study) if s.points)
     return ExplorerData(title, tuple(configs.values()), depth_cells, speedups, acceptance, natural_cells)
 
 
 # --- records to figures ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A graph axis: its title and how it scales and ticks (None: plotly's default)."""
+
+    title: str
+    scale: str | None = None  # plotly's axis type: "linear", "log" or "category"
+    categories: Sequence[str] | None = None  # a category axis's categories, in order
+    ticks: Sequence[int] | None = None  # the values that get a tick, each labelled as itself
+    dtick: int | None = None
+    range: tuple[float, float] | None = None
+
+    def to_plotly(self) -> dict[str, object]:
+        """The axis as plotly's layout takes it (the keys in this order: the page's bytes)."""
+        settings: dict[str, object] = {"title": self.title}
+        if self.scale is not None:
+            settings["type"] = self.scale
+        if self.categories is not None:
+            settings |= {"categoryorder": "array", "categoryarray": list(self.categories)}
+        if self.ticks is not None:
+            settings |= {"tickvals": list(self.ticks), "ticktext": [str(t) for t in self.ticks]}
+        if self.dtick is not None:
+            settings["dtick"] = self.dtick
+        if self.range is not None:
+            settings["range"] = list(self.range)
+        return settings
 
 
 def _measure(measure: Measure | None, unit: str) -> str:
@@ -297,13 +326,13 @@ class Styler:
         )
 
 
-def _figure(title: str, xaxis: Mapping[str, Any], yaxis: Mapping[str, Any], empty_reason: str) -> go.Figure:
+def _figure(title: str, xaxis: Axis, yaxis: Axis, empty_reason: str) -> go.Figure:
     fig = go.Figure()
     grid = {"gridcolor": "#e5e5e5", "zeroline": False}
     fig.update_layout(
         title=title,
-        xaxis={**grid, **xaxis},
-        yaxis={**grid, **yaxis},
+        xaxis={**grid, **xaxis.to_plotly()},
+        yaxis={**grid, **yaxis.to_plotly()},
         height=480,
         margin={"t": 60, "r": 20},
         hoverlabel={"align": "left", "font": {"family": "monospace", "size": 11}},
@@ -331,14 +360,11 @@ def _finish(fig: go.Figure) -> go.Figure:
     return fig
 
 
-def _depth_axis(depths: Sequence[int]) -> dict[str, Any]:
+def _depth_axis(depths: Sequence[int]) -> Axis:
     # categories: depths grow by powers of two from 0, which no log axis can show
-    return {
-        "title": "context depth (tokens)",
-        "type": "category",
-        "categoryorder": "array",
-        "categoryarray": [analysis.short_depth(d) for d in depths],
-    }
+    return Axis(
+        "context depth (tokens)", scale="category", categories=[analysis.short_depth(d) for d in depths]
+    )
 
 
 def depth_figure(
@@ -353,7 +379,7 @@ def depth_figure(
     fig = _figure(
         title,
         _depth_axis(depths),
-        {"title": ytitle, "type": "log" if log else "linear"},
+        Axis(ytitle, scale="log" if log else "linear"),
         "no measured llama-benchy cell",
     )
     for facets in data.configs:
@@ -375,7 +401,7 @@ def speedup_figure(data: ExplorerData, styler: Styler) -> go.Figure:
     fig = _figure(
         "Decode speedup over the baseline vs context depth",
         _depth_axis(depths),
-        {"title": "decode tok/s ÷ baseline's", "type": "log"},
+        Axis("decode tok/s ÷ baseline's", scale="log"),
         "no config with a measured baseline",
     )
     facets = {f.config: f for f in data.configs}
@@ -411,8 +437,8 @@ def speedup_figure(data: ExplorerData, styler: Styler) -> go.Figure:
 def acceptance_figure(data: ExplorerData, styler: Styler) -> go.Figure:
     fig = _figure(
         "Speculative decoding: acceptance per draft position (all measured cells, weighted by drafts)",
-        {"title": "draft position", "dtick": 1},
-        {"title": "accepted per draft", "range": [0, 1.05]},
+        Axis("draft position", dtick=1),
+        Axis("accepted per draft", range=(0, 1.05)),
         "no speculative config with per-position counters",
     )
     for series in data.acceptance:
@@ -435,8 +461,8 @@ def natural_figure(
     levels = sorted({c.concurrency for c in data.natural})
     fig = _figure(
         title,
-        {"title": "concurrency", "type": "log", "tickvals": levels, "ticktext": [str(c) for c in levels]},
-        {"title": ytitle},
+        Axis("concurrency", scale="log", ticks=levels),
+        Axis(ytitle),
         "no measured natural-prompt cell",
     )
     classes = list(dict.fromkeys(c.prompt_class for c in data.natural))

@@ -3,12 +3,7 @@ checks and the tables quote a measurement the same way."""
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
-import pandas as pd
-
-from gridbench.aggregate.analysis import Measure
+from gridbench.aggregate.analysis import Measure, Scalar, missing
 
 DASH = "—"
 
@@ -18,11 +13,11 @@ def decimals(value: float) -> int:
     return 0 if magnitude >= 100 else 1 if magnitude >= 10 else 2
 
 
-def num(value: Any, places: int | None = None) -> str:
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+def num(value: Scalar, places: int | None = None) -> str:
+    if value is None or missing(value):
         return DASH
-    value = float(value)
-    return f"{value:.{decimals(value) if places is None else places}f}"
+    number = float(value)
+    return f"{number:.{decimals(number) if places is None else places}f}"
 
 
 def pm(measure: Measure | None) -> str:

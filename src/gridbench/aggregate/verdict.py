@@ -472,11 +472,11 @@ def capacity_line(natural: pd.DataFrame, targets: Mapping[str, float]) -> str:
             clause = f"on {prompt_class}, " + first.replace(" c=", f" {verb} c=", 1)
             clause += f" and {and_list(rest)}" if rest else ""
         gaps = [
-            f"{cap.config} misses them at c={cap.first_miss['concurrency']} "
-            f"(TTFT p50 {num(cap.first_miss['ttft_ms_p50'], 0)} ms, "
-            f"TPOT p50 {num(cap.first_miss['tpot_ms_p50'], 1)} ms)"
+            f"{cap.config} misses them at c={cap.first_miss.concurrency} "
+            f"(TTFT p50 {num(cap.first_miss.ttft_ms_p50, 0)} ms, "
+            f"TPOT p50 {num(cap.first_miss.tpot_ms_p50, 1)} ms)"
             for cap in caps
-            if cap.concurrency and cap.first_miss and int(cap.first_miss["concurrency"]) < cap.concurrency
+            if cap.concurrency and cap.first_miss and cap.first_miss.concurrency < cap.concurrency
         ]
         if gaps:
             clause += ", though " + and_list(gaps)

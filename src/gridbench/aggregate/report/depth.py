@@ -4,7 +4,6 @@ the prefix-cache pass."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import pandas as pd
 
@@ -78,13 +77,13 @@ def crossover_text(s: analysis.Speedup) -> str:
     return runs_text(s)
 
 
-def _value(cells: Mapping[tuple[str, int], Mapping[str, Any]], config: str, depth: int, column: str) -> str:
-    row = cells.get((config, depth))
-    if row is None:
+def _value(cells: analysis.CellIndex, config: str, depth: int, column: str) -> str:
+    cell = cells.get((config, depth))
+    if cell is None:
         return DASH
-    if row["status"] != "ok":
-        return str(row["status"])
-    return pm(Measure.of(row[column], row[f"{column}_std"]))
+    if cell.status != "ok":
+        return cell.status
+    return pm(cell.measure(column))
 
 
 def summary_table(dataset: pd.DataFrame) -> str:
@@ -137,7 +136,7 @@ def speedup_section(dataset: pd.DataFrame, study: StudyInfo) -> str:
     depths = sorted({p.depth for s in series for p in s.points})
     by_depth = []
     for depth in depths:
-        row: list[Any] = [depth]
+        row: list[object] = [depth]
         for s in series:
             point = next((p for p in s.points if p.depth == depth), None)
             row.append(f"{ratio_text(point.speedup)} {MARKS[point.outcome]}" if point else DASH)
@@ -293,10 +292,11 @@ def acceptance_section(dataset: pd.DataFrame) -> str:
     by_depth = []
     cells = analysis.cell_index(ok)
     for depth in sorted(int(d) for d in ok["context_tokens"].unique()):
-        row: list[Any] = [depth]
+        row: list[object] = [depth]
         for config in configs:
-            rate = cells.get((config, depth), {}).get("acceptance_rate")
-            row.append(DASH if rate is None or analysis.missing(rate) else pct(float(rate)))
+            cell = cells.get((config, depth))
+            rate = None if cell is None else cell.acceptance_rate
+            row.append(DASH if rate is None else pct(rate))
         by_depth.append(row)
     return (
         "Pooled over every measured depth cell (Σ accepted ÷ Σ drafted, mean acceptance length = "

@@ -79,18 +79,18 @@ def capacity_section(natural: pd.DataFrame | None, study: StudyInfo) -> str:
         return "No natural-prompt cell was measured."
     rows = []
     for cap in analysis.capacities(natural, targets):
-        best = cap.row
+        best = cap.best
         miss = cap.first_miss
         rows.append(
             (
                 code(cap.config),
                 cap.prompt_class,
                 cap.concurrency if cap.concurrency else "none",
-                num(best["output_tok_s"]) if best else DASH,
-                num(best["ttft_ms_p50"], 0) if best else DASH,
-                num(best["tpot_ms_p50"], 1) if best else DASH,
-                f"c={miss['concurrency']}: TTFT p50 {num(miss['ttft_ms_p50'], 0)} ms, "
-                f"TPOT p50 {num(miss['tpot_ms_p50'], 1)} ms"
+                num(best.output_tok_s) if best else DASH,
+                num(best.ttft_ms_p50, 0) if best else DASH,
+                num(best.tpot_ms_p50, 1) if best else DASH,
+                f"c={miss.concurrency}: TTFT p50 {num(miss.ttft_ms_p50, 0)} ms, "
+                f"TPOT p50 {num(miss.tpot_ms_p50, 1)} ms"
                 if miss
                 else "none measured",
             )
