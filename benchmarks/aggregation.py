@@ -21,8 +21,8 @@ from pathlib import Path
 
 from gridbench.aggregate import dataset, natural, synthetic
 from gridbench.aggregate.report import render_report
-from gridbench.grid import load_grid
-from gridbench.plan import benchy_plan, natural_plan
+from gridbench.loading import load_grid
+from gridbench.plan import NaturalPlan, depth_plan, natural_plan
 
 TARGET_S = 5.0
 DEPTHS = 20
@@ -59,40 +59,40 @@ def grid_config(configs: int) -> dict:
 
 def write_cells(plan, nplan) -> None:
     host = {"gpu": "NVIDIA H200", "gpu_count": 1, "driver": "570.0"}
-    for cell in plan["cells"]:
-        cfg = plan["configs"][cell["config"]]
-        depth = cell["depth"]
+    for cell in plan.cells:
+        cfg = plan.configs[cell.config]
+        depth = cell.depth
         spec = None
-        if cfg["speculation"]["method"] != "none":
+        if cfg.speculation.enabled and cfg.speculation.num_speculative_tokens:
             spec = synthetic.spec_decode(
-                120, [0.8 * 0.7**i for i in range(cfg["speculation"]["num_speculative_tokens"])]
+                120, [0.8 * 0.7**i for i in range(cfg.speculation.num_speculative_tokens)]
             )
         raw = synthetic.benchy_raw(
             depth, decode=(20.0 - depth / 4096, 0.3), prefill=(2000.0, 30.0), ttft_ms=(300.0 + depth / 5, 6.0)
         )
         prov = synthetic.provenance_record(
-            cfg, f"cell {cell['config']} depth {depth}", host=host, engine={}, spec=spec
+            cfg, f"cell {cell.config} depth {depth}", host=host, engine={}, spec=spec
         )
         synthetic.write_cell(cell, raw, prov, Path())
-    for cell in plan["cached_cells"]:
-        depth = cell["depth"]
+    for cell in plan.cached_cells:
+        depth = cell.depth
         raw = synthetic.cached_benchy_raw(
             depth, load_ttft_ms=(300.0 + depth / 5, 6.0), ttft_ms=(150.0, 4.0), prefill=(3400.0, 40.0)
         )
         prov = synthetic.provenance_record(
-            plan["configs"][cell["config"]],
-            f"cell {cell['config']} depth {depth} (cached context)",
+            plan.configs[cell.config],
+            f"cell {cell.config} depth {depth} (cached context)",
             host=host,
             engine={},
         )
         synthetic.write_cell(cell, raw, prov, Path())
-    for cell in nplan["cells"]:
-        cfg = nplan["configs"][cell["config"]]
+    for cell in nplan.cells:
+        cfg = nplan.configs[cell.config]
         raw = synthetic.natural_raw(
-            cell["config"],
-            cell["prompt_class"],
-            cell["concurrency"],
-            output_tok_s=60.0 * cell["concurrency"] ** 0.7,
+            cell.config,
+            cell.prompt_class,
+            cell.concurrency,
+            output_tok_s=60.0 * cell.concurrency**0.7,
             ttft_ms=(550.0, 640.0),
             tpot_ms=(15.0, 17.0),
             output_tokens=512,
@@ -112,8 +112,8 @@ def write_cells(plan, nplan) -> None:
 def json_load_all(cells) -> float:
     started = time.perf_counter()
     for cell in cells:
-        json.loads(Path(cell["raw"]).read_bytes())
-        json.loads(Path(cell["provenance"]).read_bytes())
+        json.loads(Path(cell.files.raw).read_bytes())
+        json.loads(Path(cell.files.provenance).read_bytes())
     return time.perf_counter() - started
 
 
@@ -138,33 +138,30 @@ def main() -> None:
     args = parser.parse_args()
     configs = args.cells // DEPTHS
     grid = load_grid(grid_config(configs), "benchmark grid")
-    plan = benchy_plan(grid)
+    plan = depth_plan(grid)
     # as many natural cells as depth cells: the first configs' classes x levels
-    natural_configs = dict(list(plan["configs"].items())[: args.cells // (len(CLASSES) * len(LEVELS))])
+    natural_configs = dict(list(plan.configs.items())[: args.cells // (len(CLASSES) * len(LEVELS))])
     nplan = natural_plan(grid)
-    nplan = {
-        "configs": natural_configs,
-        "cells": [c for c in nplan["cells"] if c["config"] in natural_configs],
-    }
+    nplan = NaturalPlan(natural_configs, tuple(c for c in nplan.cells if c.config in natural_configs))
     with tempfile.TemporaryDirectory(prefix="gridbench-aggregation-") as tmp:
         os.chdir(tmp)
         write_cells(plan, nplan)
         size = sum(p.stat().st_size for p in Path("results").rglob("*.json")) / 1e6
         print(
-            f"{len(plan['cells'])} depth cells ({configs} configs x {DEPTHS} depths), "
-            f"{len(plan['cached_cells'])} prefix-cache cells, "
-            f"{len(nplan['cells'])} natural cells; {size:.0f} MB of JSON"
+            f"{len(plan.cells)} depth cells ({configs} configs x {DEPTHS} depths), "
+            f"{len(plan.cached_cells)} prefix-cache cells, "
+            f"{len(nplan.cells)} natural cells; {size:.0f} MB of JSON"
         )
         depth_frame = measure(
             "depth dataset (with the prefix-cache cells)",
-            plan["cells"] + plan["cached_cells"],
+            plan.cells + plan.cached_cells,
             lambda: dataset.build_from_plan(
                 plan, csv=Path("d.csv"), json_path=Path("d.json"), parquet=Path("d.parquet")
             ),
         )
         natural_frame = measure(
             "natural dataset",
-            nplan["cells"],
+            nplan.cells,
             lambda: natural.build_from_plan(nplan, csv=Path("n.csv"), parquet=Path("n.parquet")),
         )
         started = time.perf_counter()

@@ -18,9 +18,11 @@ import yaml
 
 from conftest import REPO
 from gridbench.aggregate import dataset, natural, synthetic
+from gridbench.aggregate.records import CellFailure, MeasuredCell, ProvenanceRecord
 from gridbench.files import atomic_write_json
-from gridbench.grid import load_grid, load_grid_files
-from gridbench.plan import benchy_plan, natural_plan
+from gridbench.grid import ServingConfig
+from gridbench.loading import load_grid, load_grid_files
+from gridbench.plan import depth_plan, natural_plan
 
 FIXTURES = Path(__file__).parent / "fixtures/report"
 SEED002_VERSIONS = {
@@ -63,8 +65,8 @@ def _digest(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def _engine(config: dict, version: str) -> dict:
-    image = config["engine"]["image"]
+def _engine(config: ServingConfig, version: str) -> dict:
+    image = config.engine.image
     return {
         "image_id": _digest(image)[:19],
         "image_digest": f"{image.split(':')[0]}@{_digest(image)}",
@@ -75,12 +77,12 @@ def _engine(config: dict, version: str) -> dict:
 def seed002():
     """(grid, plan, results, failures) for every cell of seed 002."""
     grid = load_grid_files([REPO / "config/config.yaml"])
-    plan = benchy_plan(grid)
+    plan = depth_plan(grid)
     results = {}
     with (FIXTURES / "seed002_cells.csv").open() as f:
         for row in csv.DictReader(f):
             config, depth = row["config"], int(row["depth"])
-            cfg = plan["configs"][config]
+            cfg = plan.configs[config]
             spec = None
             if row["acceptance_per_position"]:
                 rates = [float(r) for r in row["acceptance_per_position"].split()]
@@ -95,7 +97,7 @@ def seed002():
                 cfg,
                 f"cell {config} depth {depth}",
                 host=SEED002_HOST,
-                engine=_engine(cfg, SEED002_VERSIONS[cfg["engine"]["name"]]),
+                engine=_engine(cfg, SEED002_VERSIONS[cfg.engine.name]),
                 spec=spec,
                 started_at=f"2026-07-09T{8 + depth // 16384:02d}:00:00.000+00:00",
                 finished_at=f"2026-07-10T{8 + depth // 16384:02d}:01:00.000+00:00",
@@ -107,11 +109,11 @@ def seed002():
 def seed000():
     """(grid, plan, results, failures, natural plan, natural results, natural failures)."""
     grid = load_grid_files([FIXTURES / "seed000.yaml"])
-    plan = benchy_plan(grid)
+    plan = depth_plan(grid)
     results = {}
-    for cell in plan["cells"]:
-        config = cell["config"]
-        cfg = plan["configs"][config]
+    for cell in plan.cells:
+        config = cell.config
+        cfg = plan.configs[config]
         decode = SEED000_DECODE[config]
         raw = synthetic.benchy_raw(0, decode=decode, prefill=(2100.0, 40.0), ttft_ms=(244.0, 5.0))
         prov = synthetic.provenance_record(
@@ -126,10 +128,10 @@ def seed000():
     nresults, nfailures = {}, {}
     with (FIXTURES / "seed000_natural.csv").open() as f:
         rows = {(r["config"], r["prompt_class"], int(r["concurrency"])): r for r in csv.DictReader(f)}
-    for cell in nplan["cells"]:
-        key = (cell["config"], cell["prompt_class"], cell["concurrency"])
+    for cell in nplan.cells:
+        key = (cell.config, cell.prompt_class, cell.concurrency)
         row = rows[key]
-        cfg = nplan["configs"][cell["config"]]
+        cfg = nplan.configs[cell.config]
         raw = synthetic.natural_raw(
             *key,
             output_tok_s=float(row["output_tok_s"]),
@@ -137,7 +139,7 @@ def seed000():
             tpot_ms=(float(row["tpot_ms_p50"]), float(row["tpot_ms_p95"])),
             output_tokens=int(row["output_tokens_p50"]),
             wall_s=float(row["wall_s"]),
-            spec=synthetic.spec_decode(300, SEED000_PER_POSITION[cell["config"]]),
+            spec=synthetic.spec_decode(300, SEED000_PER_POSITION[cell.config]),
         )
         raw["summary"]["req_tok_s_p50"] = float(row["req_tok_s_p50"])
         prov = synthetic.provenance_record(
@@ -153,12 +155,11 @@ def seed000():
     # one level failed: the harness's error-rate threshold
     failed = ("Q_fp8_mtp1", "prose", 16)
     del nresults[failed]
-    cell = next(c for c in nplan["cells"] if (c["config"], c["prompt_class"], c["concurrency"]) == failed)
+    cell = next(c for c in nplan.cells if c.key == failed)
     nfailures[failed] = synthetic.failure_record(
         cell,
         "cell Q_fp8_mtp1 prose c=16",
         "cell Q_fp8_mtp1 prose c=16: 4 of 16 requests errored (error rate 0.25 > max_error_rate 0.1)",
-        kind="natural",
     )
     return grid, plan, results, {}, nplan, nresults, nfailures
 
@@ -182,17 +183,17 @@ def same_weights():
     """(grid, plan, results, failures) for same_weights.yaml: one engine start per config,
     made by its depth-0 cell and reused by the others."""
     grid = load_grid_files([FIXTURES / "same_weights.yaml"])
-    plan = benchy_plan(grid)
+    plan = depth_plan(grid)
     results = {}
-    for cell in plan["cells"]:
-        config, depth = cell["config"], cell["depth"]
-        cfg = plan["configs"][config]
+    for cell in plan.cells:
+        config, depth = cell.config, cell.depth
+        cfg = plan.configs[config]
         i = list(grid.depths).index(depth)
         raw = synthetic.benchy_raw(
             depth,
             decode=SAME_WEIGHTS_DECODE[config][i],
             prefill=(2000.0, 20.0),
-            ttft_ms=SAME_WEIGHTS_TTFT[cfg["engine"]["name"]][i],
+            ttft_ms=SAME_WEIGHTS_TTFT[cfg.engine.name][i],
         )
         engine = {"startup_s": SAME_WEIGHTS_STARTUP_S[config], "reused": depth != 0}
         prov = synthetic.provenance_record(
@@ -202,25 +203,30 @@ def same_weights():
     return grid, plan, results, {}
 
 
+def read_back(results, failures):
+    """The records as the read edge types them: (measured cells, cell failures)."""
+    measured = {
+        key: MeasuredCell(raw, ProvenanceRecord.from_json(prov)) for key, (raw, prov) in results.items()
+    }
+    return measured, {key: CellFailure.from_json(record) for key, record in failures.items()}
+
+
 def depth_frame(plan, results, failures):
-    return dataset.to_frame(dataset.rows_from_results(plan, results, failures))
+    return dataset.to_frame(dataset.rows_from_results(plan, *read_back(results, failures)))
 
 
 def natural_frame(nplan, nresults, nfailures):
-    return natural.to_frame(natural.rows_from_results(nplan, nresults, nfailures))
+    return natural.to_frame(natural.rows_from_results(nplan, *read_back(nresults, nfailures)))
 
 
 def write_files(root: Path, plan, results, failures) -> None:
     """The records as the files a sweep leaves (results, provenance, failure records)."""
-    for cell in plan["cells"]:
-        if "prompt_class" in cell:
-            key = (cell["config"], cell["prompt_class"], cell["concurrency"])
-        else:
-            key = (cell["config"], cell["depth"])
+    for cell in plan.cells:
+        key = cell.key
         if key in results:
             synthetic.write_cell(cell, *results[key], root)
         elif key in failures:
-            atomic_write_json(root / cell["failure"], failures[key])
+            atomic_write_json(root / cell.files.failure, failures[key])
 
 
 def load_config_dict(path: Path) -> dict:

@@ -14,7 +14,8 @@ import report_fixtures as rf
 from conftest import gridbench
 from gridbench import layout
 from gridbench.aggregate import dataset, natural
-from gridbench.plan import natural_plan
+from gridbench.layout import CellFiles
+from gridbench.plan import NaturalCellPlan, natural_plan
 
 
 @pytest.fixture
@@ -22,7 +23,7 @@ def seed002_files(tmp_path, monkeypatch):
     grid, plan, results, failures = rf.seed002()
     victim = ("Q_nvfp4_dfl8", 12288)
     del results[victim]
-    cell = next(c for c in plan["cells"] if (c["config"], c["depth"]) == victim)
+    cell = next(c for c in plan.cells if c.key == victim)
     failures[victim] = rf.synthetic.failure_record(
         cell,
         "cell Q_nvfp4_dfl8 depth 12288",
@@ -166,18 +167,20 @@ def seed000_natural_files(tmp_path, monkeypatch):
 def test_natural_plan_follows_the_contract():
     grid = rf.seed000()[0]
     plan = natural_plan(grid)
-    assert len(plan["cells"]) == 3 * 4 * 4
-    cell = plan["cells"][1]
-    assert cell == {
-        "config": "Q_fp8_mtp1",
-        "prompt_class": "code",
-        "concurrency": 4,
-        "raw": "results/natural/Q_fp8_mtp1/code_c4.json",
-        "provenance": "results/natural/Q_fp8_mtp1/code_c4.provenance.json",
-        "failure": "results/failures/natural/Q_fp8_mtp1/code_c4.json",
-        "log": "logs/cells/Q_fp8_mtp1/natural_code_c4.log",
-    }
-    assert natural_plan(rf.seed002()[0])["cells"] == []  # no natural matrix declared
+    assert len(plan.cells) == 3 * 4 * 4
+    cell = plan.cells[1]
+    assert cell == NaturalCellPlan(
+        config="Q_fp8_mtp1",
+        prompt_class="code",
+        concurrency=4,
+        files=CellFiles(
+            raw="results/natural/Q_fp8_mtp1/code_c4.json",
+            provenance="results/natural/Q_fp8_mtp1/code_c4.provenance.json",
+            failure="results/failures/natural/Q_fp8_mtp1/code_c4.json",
+            log="logs/cells/Q_fp8_mtp1/natural_code_c4.log",
+        ),
+    )
+    assert natural_plan(rf.seed002()[0]).cells == ()  # no natural matrix declared
 
 
 def test_natural_dataset_rows(seed000_natural_files, tmp_path):
@@ -254,4 +257,4 @@ def test_a_stray_file_in_results_is_named_and_left_out(tmp_path, monkeypatch, ca
     with caplog.at_level("WARNING"):
         frame = build(plan, tmp_path)
     assert "results/raw/Q_fp8_mtp1/notes.json: not a result file of any cell" in caplog.text
-    assert len(frame) == len(plan["cells"]) + len(plan["skipped"])
+    assert len(frame) == len(plan.cells) + len(plan.skipped)

@@ -3,6 +3,7 @@ cold ones, built from the pass's own raw files, and a failed cached cell shown a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -13,8 +14,11 @@ import pytest
 from conftest import REPO, load_yaml
 from gridbench.aggregate import dataset, plots, synthetic
 from gridbench.aggregate.report import render_report
-from gridbench.grid import Grid, load_grid
-from gridbench.plan import benchy_plan
+from gridbench.grid import Grid
+from gridbench.layout import CellFiles
+from gridbench.loading import load_grid
+from gridbench.plan import DepthCellPlan, depth_plan
+from report_fixtures import read_back
 
 HOST = {"gpu": None, "gpu_count": 0, "driver": None}
 COLD_TTFT_MS = {0: 40.0, 256: 80.0, 512: 120.0, 1024: 200.0}
@@ -28,8 +32,8 @@ def grid() -> Grid:
 
 def cold_results(plan) -> dict:
     results = {}
-    for cell in plan["cells"]:
-        depth = cell["depth"]
+    for cell in plan.cells:
+        depth = cell.depth
         raw = synthetic.benchy_raw(
             depth,
             decode=(300.0, 3.0),
@@ -38,8 +42,8 @@ def cold_results(plan) -> dict:
             pp=128,
             tg=64,
         )
-        prov = synthetic.provenance_record(plan["configs"][cell["config"]], "cell", host=HOST, engine={})
-        results[cell["config"], depth] = (raw, prov)
+        prov = synthetic.provenance_record(plan.configs[cell.config], "cell", host=HOST, engine={})
+        results[cell.config, depth] = (raw, prov)
     return results
 
 
@@ -51,36 +55,39 @@ def cached_raw(depth: int, *, ttft_ms: float = 20.0, prefill: tuple[float, float
 
 
 def cached_results(plan, **changes) -> dict:
-    prov = synthetic.provenance_record(plan["configs"]["D_q8_0_n0"], "cell", host=HOST, engine={})
-    return {
-        (c["config"], c["depth"]): (cached_raw(c["depth"], **changes), prov) for c in plan["cached_cells"]
-    }
+    prov = synthetic.provenance_record(plan.configs["D_q8_0_n0"], "cell", host=HOST, engine={})
+    return {(c.config, c.depth): (cached_raw(c.depth, **changes), prov) for c in plan.cached_cells}
 
 
 def rows(plan, cached, cached_failures=None) -> pd.DataFrame:
-    frame = dataset.to_frame(dataset.rows_from_results(plan, cold_results(plan), {}, cached, cached_failures))
+    cold, _ = read_back(cold_results(plan), {})
+    frame = dataset.to_frame(
+        dataset.rows_from_results(plan, cold, {}, *read_back(cached, cached_failures or {}))
+    )
     return frame.set_index(["config", "context_tokens"])
 
 
 def test_the_plan_has_a_cached_cell_per_depth_with_context_of_the_pass_configs(grid):
-    plan = benchy_plan(grid)
-    assert [(c["config"], c["depth"]) for c in plan["cached_cells"]] == [
+    plan = depth_plan(grid)
+    assert [(c.config, c.depth) for c in plan.cached_cells] == [
         ("D_q8_0_n0", 256),
         ("D_q8_0_n0", 512),
         ("D_q8_0_n0", 1024),
     ]
-    assert plan["cached_cells"][0] == {
-        "config": "D_q8_0_n0",
-        "depth": 256,
-        "raw": "results/raw/D_q8_0_n0/depth_256.pc.json",
-        "provenance": "results/raw/D_q8_0_n0/depth_256.pc.provenance.json",
-        "failure": "results/failures/D_q8_0_n0/depth_256.pc.json",
-        "log": "logs/cells/D_q8_0_n0/depth_256.pc.log",
-    }
+    assert plan.cached_cells[0] == DepthCellPlan(
+        config="D_q8_0_n0",
+        depth=256,
+        files=CellFiles(
+            raw="results/raw/D_q8_0_n0/depth_256.pc.json",
+            provenance="results/raw/D_q8_0_n0/depth_256.pc.provenance.json",
+            failure="results/failures/D_q8_0_n0/depth_256.pc.json",
+            log="logs/cells/D_q8_0_n0/depth_256.pc.log",
+        ),
+    )
 
 
 def test_cached_columns_sit_beside_the_cold_ones_from_the_measured_phase(grid):
-    frame = rows(benchy_plan(grid), cached_results(benchy_plan(grid)))
+    frame = rows(depth_plan(grid), cached_results(depth_plan(grid)))
     row = frame.loc[("D_q8_0_n0", 1024)]
     assert row["status"] == "ok" and row["cached_status"] == "ok"
     assert row["ttft_ms"] == 200.0 and row["ttft_ms_cached"] == 20.0  # not the context load's 999
@@ -94,7 +101,7 @@ def test_cached_columns_sit_beside_the_cold_ones_from_the_measured_phase(grid):
 
 
 def test_a_null_metric_is_a_missing_value_never_a_crash(grid):
-    plan = benchy_plan(grid)
+    plan = depth_plan(grid)
     frame = rows(plan, cached_results(plan, prefill=None))  # llama-benchy left pp_throughput null
     row = frame.loc[("D_q8_0_n0", 512)]
     assert row["cached_status"] == "ok" and row["ttft_ms_cached"] == 20.0
@@ -102,8 +109,8 @@ def test_a_null_metric_is_a_missing_value_never_a_crash(grid):
 
 
 def test_prefill_is_missing_where_llama_benchy_counts_the_cached_context_as_prefilled(grid):
-    plan = benchy_plan(grid)
-    prov = synthetic.provenance_record(plan["configs"]["D_q8_0_n0"], "cell", host=HOST, engine={})
+    plan = depth_plan(grid)
+    prov = synthetic.provenance_record(plan.configs["D_q8_0_n0"], "cell", host=HOST, engine={})
     cached = cached_results(plan)
     # pp 2048 over a 256-token context: the server's count (2304) passes llama-benchy's 20 % test
     raw = synthetic.cached_benchy_raw(
@@ -117,12 +124,15 @@ def test_prefill_is_missing_where_llama_benchy_counts_the_cached_context_as_pref
 
 
 def test_a_failed_cached_cell_is_shown_failed_with_its_reason_and_the_cold_cell_stays(grid):
-    plan = benchy_plan(grid)
+    plan = depth_plan(grid)
     cached = cached_results(plan)
     del cached[("D_q8_0_n0", 512)], cached[("D_q8_0_n0", 1024)]
-    cell = next(c for c in plan["cached_cells"] if c["depth"] == 512)
+    cell = next(c for c in plan.cached_cells if c.depth == 512)
     record = synthetic.failure_record(
-        cell, "cell D_q8_0_n0 depth 512 (cached context)", "cell D_q8_0_n0 depth 512 (cached context): boom"
+        cell,
+        "cell D_q8_0_n0 depth 512 (cached context)",
+        "cell D_q8_0_n0 depth 512 (cached context): boom",
+        prefix_cache=True,
     )
     frame = rows(plan, cached, {("D_q8_0_n0", 512): record})
     failed = frame.loc[("D_q8_0_n0", 512)]
@@ -152,11 +162,11 @@ def test_a_cached_file_that_is_not_a_cached_measurement_is_a_failed_cached_cell(
 ):
     """A cold result under the cached name, or one holding only the context load."""
     monkeypatch.chdir(tmp_path)
-    plan = benchy_plan(grid)
-    for cell in plan["cells"]:
-        synthetic.write_cell(cell, *cold_results(plan)[cell["config"], cell["depth"]], Path())
-    for cell in plan["cached_cells"]:
-        synthetic.write_cell(cell, *cached_results(plan)[cell["config"], cell["depth"]], Path())
+    plan = depth_plan(grid)
+    for cell in plan.cells:
+        synthetic.write_cell(cell, *cold_results(plan)[cell.config, cell.depth], Path())
+    for cell in plan.cached_cells:
+        synthetic.write_cell(cell, *cached_results(plan)[cell.config, cell.depth], Path())
     Path("results/raw/D_q8_0_n0/depth_256.pc.json").write_text(content)
     frame = dataset.build_from_plan(
         plan, csv=Path("d.csv"), json_path=Path("d.json"), parquet=Path("d.parquet")
@@ -169,7 +179,7 @@ def test_a_cached_file_that_is_not_a_cached_measurement_is_a_failed_cached_cell(
 
 
 def test_the_report_tables_cold_against_cached_and_lists_the_failed_cell(grid):
-    plan = benchy_plan(grid)
+    plan = depth_plan(grid)
     cached = cached_results(plan)
     del cached[("D_q8_0_n0", 512)]
     frame = rows(plan, cached).reset_index()
@@ -183,7 +193,7 @@ def test_the_report_tables_cold_against_cached_and_lists_the_failed_cell(grid):
 
 
 def test_the_graph_draws_both_lines_and_marks_a_failed_cell(grid):
-    plan = benchy_plan(grid)
+    plan = depth_plan(grid)
     cached = cached_results(plan)
     del cached[("D_q8_0_n0", 512)]
     fig = plots.ttft_cached_vs_context(rows(plan, cached).reset_index())
@@ -197,7 +207,7 @@ def test_the_graph_draws_both_lines_and_marks_a_failed_cell(grid):
 
 
 def test_without_the_pass_the_graph_says_so(grid):
-    plan = {**benchy_plan(grid), "cached_cells": []}
-    frame = dataset.to_frame(dataset.rows_from_results(plan, cold_results(plan), {}))
+    plan = dataclasses.replace(depth_plan(grid), cached_cells=())
+    frame = dataset.to_frame(dataset.rows_from_results(plan, *read_back(cold_results(plan), {})))
     (ax,) = plots.ttft_cached_vs_context(frame).axes
     assert "no config has the prefix-cache pass" in ax.texts[0].get_text()

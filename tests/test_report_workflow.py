@@ -17,8 +17,8 @@ from gridbench import layout
 from gridbench.aggregate import synthetic
 from gridbench.cell import _write_failure, depth_cell
 from gridbench.errors import BenchmarkError
-from gridbench.grid import load_grid_files
-from gridbench.plan import benchy_plan, natural_plan
+from gridbench.loading import load_grid_files
+from gridbench.plan import depth_plan, natural_plan
 from test_workflow import jobs_of_last_run, snakemake
 
 pytestmark = pytest.mark.workflow
@@ -41,32 +41,32 @@ def build_report(workdir: Path, configfile: str) -> str:
 def write_demo_cells(workdir: Path, config_path: Path) -> None:
     """Every cell of the grid as the files a finished sweep leaves."""
     grid = load_grid_files([config_path])
-    plan, nplan = benchy_plan(grid), natural_plan(grid)
-    for cell in plan["cells"]:
-        cfg = plan["configs"][cell["config"]]
-        speculates = cfg["speculation"]["method"] != "none"
-        decode = 40.0 + (30.0 if speculates else 0.0) - cell["depth"] / 64
+    plan, nplan = depth_plan(grid), natural_plan(grid)
+    for cell in plan.cells:
+        cfg = plan.configs[cell.config]
+        speculates = cfg.speculation.enabled
+        decode = 40.0 + (30.0 if speculates else 0.0) - cell.depth / 64
         raw = synthetic.benchy_raw(
-            cell["depth"],
+            cell.depth,
             decode=(decode, 2.0),
             prefill=(700.0, 20.0),
-            ttft_ms=(200.0 + cell["depth"] / 3, 8.0),
+            ttft_ms=(200.0 + cell.depth / 3, 8.0),
             pp=128,
             tg=64,
         )
         spec = synthetic.spec_decode(30, [1.0, 0.95, 0.9, 0.9]) if speculates else None
         prov = synthetic.provenance_record(
-            cfg, f"cell {cell['config']} depth {cell['depth']}", host={}, engine={}, spec=spec
+            cfg, f"cell {cell.config} depth {cell.depth}", host={}, engine={}, spec=spec
         )
         synthetic.write_cell(cell, raw, prov, workdir)
-    for cell in nplan["cells"]:
-        cfg = nplan["configs"][cell["config"]]
+    for cell in nplan.cells:
+        cfg = nplan.configs[cell.config]
         raw = synthetic.natural_raw(
-            cell["config"],
-            cell["prompt_class"],
-            cell["concurrency"],
-            output_tok_s=30.0 * cell["concurrency"],
-            ttft_ms=(300.0 * cell["concurrency"], 350.0 * cell["concurrency"]),
+            cell.config,
+            cell.prompt_class,
+            cell.concurrency,
+            output_tok_s=30.0 * cell.concurrency,
+            ttft_ms=(300.0 * cell.concurrency, 350.0 * cell.concurrency),
             tpot_ms=(20.0, 25.0),
             output_tokens=64,
             wall_s=10.0,
@@ -143,8 +143,8 @@ def test_a_real_cell_gives_graphs_report_and_the_shapes_the_fixtures_assume(work
     # the synthetic records of the report's fixtures have the keys real cells write
     real_raw = json.loads((workdir / "results/raw/D_f16_draft4/depth_0.json").read_text())
     real_prov = json.loads((workdir / "results/raw/D_f16_draft4/depth_0.provenance.json").read_text())
-    plan = benchy_plan(load_grid_files([config_path]))
-    cfg = plan["configs"]["D_f16_draft4"]
+    plan = depth_plan(load_grid_files([config_path]))
+    cfg = plan.configs["D_f16_draft4"]
     fake_raw = synthetic.benchy_raw(0, decode=(1.0, 0.0), prefill=(1.0, 0.0), ttft_ms=(1.0, 0.0))
     fake_prov = synthetic.provenance_record(
         cfg, "x", host={}, engine={}, spec=synthetic.spec_decode(10, [0.5])
@@ -158,4 +158,4 @@ def test_a_real_cell_gives_graphs_report_and_the_shapes_the_fixtures_assume(work
     cell = depth_cell(grid, "D_f16_draft4", ["cpu"], 0)
     _write_failure(cell, BenchmarkError("cell D_f16_draft4 depth 0: it broke"), "2026-01-01T00:00:00+00:00")
     real_failure = json.loads(cell.failure_path().read_text())
-    assert set(synthetic.failure_record(plan["cells"][0], "x", "y")) == set(real_failure)
+    assert set(synthetic.failure_record(plan.cells[0], "x", "y")) == set(real_failure)

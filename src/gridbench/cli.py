@@ -43,7 +43,7 @@ def _add_configfile(parser: argparse.ArgumentParser) -> None:
 def _load_grid(args: argparse.Namespace) -> Grid:
     import yaml
 
-    from gridbench.grid import load_grid_files
+    from gridbench.loading import load_grid_files
 
     overrides = {}
     for item in args.config:
@@ -90,9 +90,9 @@ def cmd_engine_check(args: argparse.Namespace) -> int:
     from gridbench.files import atomic_write_json
 
     grid = _grid_from_json(args.grid)
-    record = check_engine(grid, args.engine)
-    atomic_write_json(args.out, record)
-    print(f"engine {args.engine}: ready to start ({record.get('image') or record['runtime']})")
+    check = check_engine(grid, args.engine)
+    atomic_write_json(args.out, check.to_json())
+    print(f"engine {args.engine}: ready to start ({check.image.image or check.runtime})")
     return 0
 
 
@@ -169,16 +169,16 @@ def cmd_progress(args: argparse.Namespace) -> int:
 
 
 def _grid_from_json(path: Path) -> Grid:
-    from gridbench.grid import load_grid_json
+    from gridbench.loading import load_grid_json
 
     return load_grid_json(Path(path))
 
 
 def _write_depth_dataset(grid: Grid, csv: Path, json_path: Path, parquet: Path) -> pd.DataFrame:
     from gridbench.aggregate.dataset import build_from_plan
-    from gridbench.plan import benchy_plan
+    from gridbench.plan import depth_plan
 
-    frame = build_from_plan(benchy_plan(grid), csv=csv, json_path=json_path, parquet=parquet)
+    frame = build_from_plan(depth_plan(grid), csv=csv, json_path=json_path, parquet=parquet)
     _print_counts("depth", frame, [csv, json_path, parquet])
     return frame
 

@@ -6,6 +6,8 @@ these constants (workflow/rules/*.smk), and the package fills them in.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # an engine's check (image, command, mounts), which gates its cells
 ENGINE_CHECK = "results/preflight/{engine}.json"
 RAW = "results/raw/{config}/depth_{depth}.json"
@@ -71,3 +73,28 @@ GRAPH_TITLES = {
     "natural_tpot_vs_concurrency": "Natural prompts: TPOT p50 and p95 vs concurrency",
     "natural_pareto": "Natural prompts: throughput per GPU against per-user speed (Pareto frontier)",
 }
+
+
+@dataclass(frozen=True)
+class CellFiles:
+    """One cell's files: its result, its provenance, its failure record and its log."""
+
+    raw: str
+    provenance: str
+    failure: str
+    log: str
+
+
+def depth_cell_files(config: str, depth: int, *, prefix_cache: bool = False) -> CellFiles:
+    """A llama-benchy cell's files; with ``prefix_cache``, its prefix-cache pass's."""
+    if prefix_cache:
+        patterns = (CACHED_RAW, CACHED_PROVENANCE, CACHED_FAILURE, CACHED_LOG)
+    else:
+        patterns = (RAW, PROVENANCE, FAILURE, CELL_LOG)
+    return CellFiles(*(p.format(config=config, depth=depth) for p in patterns))
+
+
+def natural_cell_files(config: str, prompt_class: str, concurrency: int) -> CellFiles:
+    names = {"config": config, "prompt_class": prompt_class, "concurrency": concurrency}
+    patterns = (NATURAL, NATURAL_PROVENANCE, NATURAL_FAILURE, NATURAL_LOG)
+    return CellFiles(*(p.format(**names) for p in patterns))

@@ -59,31 +59,31 @@ def planned_cells(grid: Grid) -> list[PlannedCell]:
     cells = []
     benchy = grid.benchy
     for cell in grid.cells()[0]:
-        names = {"config": cell.config, "depth": cell.depth}
+        files = layout.depth_cell_files(cell.config, cell.depth)
         cells.append(
             PlannedCell(
                 kind="benchy",
                 config=cell.config,
                 cell_id=layout.BENCHY_CELL_ID.format(depth=cell.depth),
                 label=f"{cell.config} depth {cell.depth}",
-                result=layout.RAW.format(**names),
-                provenance=layout.PROVENANCE.format(**names),
-                failure=layout.FAILURE.format(**names),
+                result=files.raw,
+                provenance=files.provenance,
+                failure=files.failure,
                 expected_requests=benchy.runs * benchy.concurrency,
                 timing_keys=(("benchy", cell.config, cell.depth), ("benchy", cell.depth), ("benchy",)),
             )
         )
     for cell in grid.prefix_cache_cells():
-        names = {"config": cell.config, "depth": cell.depth}
+        files = layout.depth_cell_files(cell.config, cell.depth, prefix_cache=True)
         cells.append(
             PlannedCell(
                 kind="benchy",
                 config=cell.config,
                 cell_id=layout.CACHED_CELL_ID.format(depth=cell.depth),
                 label=f"{cell.config} depth {cell.depth} cached",
-                result=layout.CACHED_RAW.format(**names),
-                provenance=layout.CACHED_PROVENANCE.format(**names),
-                failure=layout.CACHED_FAILURE.format(**names),
+                result=files.raw,
+                provenance=files.provenance,
+                failure=files.failure,
                 # a context-load request before each measured one
                 expected_requests=benchy.runs * benchy.concurrency * 2,
                 timing_keys=(("cached", cell.config, cell.depth), ("cached", cell.depth), ("cached",)),
@@ -91,20 +91,18 @@ def planned_cells(grid: Grid) -> list[PlannedCell]:
         )
     requests = grid.natural.requests if grid.natural else 0
     for natural in grid.natural_cells():
-        names = {
-            "config": natural.config,
-            "prompt_class": natural.prompt_class,
-            "concurrency": natural.concurrency,
-        }
+        files = layout.natural_cell_files(natural.config, natural.prompt_class, natural.concurrency)
         cells.append(
             PlannedCell(
                 kind="natural",
                 config=natural.config,
-                cell_id=layout.NATURAL_CELL_ID.format(**names),
+                cell_id=layout.NATURAL_CELL_ID.format(
+                    prompt_class=natural.prompt_class, concurrency=natural.concurrency
+                ),
                 label=f"{natural.config} {natural.prompt_class} c={natural.concurrency}",
-                result=layout.NATURAL.format(**names),
-                provenance=layout.NATURAL_PROVENANCE.format(**names),
-                failure=layout.NATURAL_FAILURE.format(**names),
+                result=files.raw,
+                provenance=files.provenance,
+                failure=files.failure,
                 expected_requests=requests,
                 timing_keys=(
                     ("natural", natural.config, natural.concurrency),

@@ -15,8 +15,8 @@ from gridbench.engines.allocation import claim_sweep
 from gridbench.engines.manager import detect_gpus
 from gridbench.errors import GridbenchError
 from gridbench.files import atomic_write_text
-from gridbench.grid import load_grid
-from gridbench.plan import benchy_plan, natural_plan
+from gridbench.loading import load_grid
+from gridbench.plan import depth_plan, natural_plan
 from gridbench.progress import sweep_follower
 
 # This Snakemake (or the one that started it on this host) owns the engines its cells start:
@@ -31,7 +31,7 @@ try:
     GRID = load_grid(config, CONFIG_SOURCE, files=CONFIG_FILES)
 except GridbenchError as err:
     sys.exit(f"gridbench: invalid config: {err}")
-PLAN = benchy_plan(GRID)
+PLAN = depth_plan(GRID)
 NATURAL_PLAN = natural_plan(GRID)
 GPU_SLOTS = list(GRID.gpu_slots or detect_gpus()) or ["cpu"]
 # How a run is shown, not what it measures: kept out of the grid files, so that
@@ -60,7 +60,7 @@ ENGINE_CHECK_GRID_FILE = (
 )
 if not Path(ENGINE_CHECK_GRID_FILE).exists():
     atomic_write_text(Path(ENGINE_CHECK_GRID_FILE), _UNFILTERED_JSON)
-_CONFIG_RANK = {name: rank for rank, name in enumerate(PLAN["configs"])}
+_CONFIG_RANK = {name: rank for rank, name in enumerate(PLAN.configs)}
 _DEPTH_RANK = {depth: rank for rank, depth in enumerate(GRID.depths)}
 _PROMPT_CLASSES = GRID.natural.prompt_classes if GRID.natural else ()
 _NATURAL_RANK = {
@@ -74,8 +74,8 @@ _PER_CONFIG = 2 * len(_DEPTH_RANK) + len(_NATURAL_RANK) + 1
 
 
 wildcard_constraints:
-    config="|".join(PLAN["configs"]) or "NO_CONFIG",
-    engine="|".join(GRID.configs[c].engine.name for c in PLAN["configs"]) or "NO_ENGINE",
+    config="|".join(PLAN.configs) or "NO_CONFIG",
+    engine="|".join(GRID.configs[c].engine.name for c in PLAN.configs) or "NO_ENGINE",
     depth=r"\d+",
     prompt_class="|".join(map(re.escape, _PROMPT_CLASSES)) or "NO_CLASS",
     concurrency=r"\d+",
@@ -99,11 +99,11 @@ def get_final_outputs():
 
 
 def get_raw_results(wildcards):
-    return [cell["raw"] for cell in PLAN["cells"] + PLAN["cached_cells"]]
+    return [cell.files.raw for cell in PLAN.cells + PLAN.cached_cells]
 
 
 def get_natural_results(wildcards):
-    return [cell["raw"] for cell in NATURAL_PLAN["cells"]]
+    return [cell.files.raw for cell in NATURAL_PLAN.cells]
 
 
 def get_graphs(wildcards):
@@ -254,7 +254,7 @@ def get_engine_mutexes():
     if not cells_may_run_at_once():
         return {}
     mutexes = {}
-    for name in PLAN["configs"]:
+    for name in PLAN.configs:
         safe_name = re.sub(r"\W", "_", name)
         key = f"engine_{safe_name}"
         key = key if key not in mutexes else f"{key}_{len(mutexes)}"

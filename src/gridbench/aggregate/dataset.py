@@ -10,104 +10,151 @@ CSV, strict JSON and Parquet.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import logging
 import re
-import shlex
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pandas as pd
 
+from gridbench.aggregate.records import (
+    Acceptance,
+    CellFailure,
+    Failure,
+    MeasuredCell,
+    PlannedCell,
+    Provenance,
+    column_names,
+    read_cells,
+    row_columns,
+    row_record,
+)
 from gridbench.errors import ResultFileError
 from gridbench.files import atomic_write_bytes, atomic_write_text
+from gridbench.grid import ServingConfig
 from gridbench.harness.benchy import CACHED_REQUIRED_METRICS, REQUIRED_METRICS, entries_at
+from gridbench.plan import DepthCellPlan, DepthPlan
 
 log = logging.getLogger(__name__)
 
-# llama-benchy metric -> dataset column (the seeds' names; tps = tokens per second)
-METRICS = {
-    "pp_throughput": "prefill_tps",
-    "tg_throughput": "decode_tps",
-    "peak_throughput": "peak_tps",
+
+@dataclass(frozen=True)
+class ConfigIdentity:
+    """Which config a row measures: its engine, checkpoint and speculation."""
+
+    config: str
+    config_label: str
+    engine: str
+    engine_label: str
+    engine_kind: str
+    engine_runtime: str
+    checkpoint: str
+    quantization: str
+    weights: str
+    active_weight_gb: float | None
+    speculation: str
+    speculation_label: str
+    speculation_method: str
+    num_speculative_tokens: int | None
+
+
+@dataclass(frozen=True)
+class Status:
+    status: str  # ok, failed or skipped
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Measures:
+    """llama-benchy's measures at a depth; tps = tokens per second (the seeds' names)."""
+
+    context_tokens: int
+    prompt_tokens: int | None = None
+    gen_tokens: int | None = None
+    concurrency: int | None = None
+    runs: int | None = None
+    prefill_tps: float | None = None
+    prefill_tps_std: float | None = None
+    decode_tps: float | None = None
+    decode_tps_std: float | None = None
+    peak_tps: float | None = None
+    peak_tps_std: float | None = None
     # per request: below the totals when concurrency > 1 (a request shares the engine)
-    "pp_req_throughput": "prefill_req_tps",
-    "tg_req_throughput": "decode_req_tps",
-    "peak_req_throughput": "peak_req_tps",
-    "e2e_ttft": "ttft_ms",
-    "ttfr": "ttfr_ms",
-    "est_ppt": "est_ppt_ms",
-}
-CONFIG_META = [
-    "config",
-    "config_label",
-    "engine",
-    "engine_label",
-    "engine_kind",
-    "engine_runtime",
-    "checkpoint",
-    "quantization",
-    "weights",
-    "active_weight_gb",
-    "speculation",
-    "speculation_label",
-    "speculation_method",
-    "num_speculative_tokens",
-]
-STATUS = ["status", "reason"]
-MEASURES = ["context_tokens", "prompt_tokens", "gen_tokens", "concurrency", "runs"] + [
-    col for name in METRICS.values() for col in (name, f"{name}_std")
-]
+    prefill_req_tps: float | None = None
+    prefill_req_tps_std: float | None = None
+    decode_req_tps: float | None = None
+    decode_req_tps_std: float | None = None
+    peak_req_tps: float | None = None
+    peak_req_tps_std: float | None = None
+    ttft_ms: float | None = None
+    ttft_ms_std: float | None = None
+    ttfr_ms: float | None = None
+    ttfr_ms_std: float | None = None
+    est_ppt_ms: float | None = None
+    est_ppt_ms_std: float | None = None
+
+
+@dataclass(frozen=True)
+class Cached:
+    """The prefix-cache cell of the same (config, depth)."""
+
+    cached_status: str
+    cached_reason: str | None = None
+    ttft_ms_cached: float | None = None
+    ttft_ms_cached_std: float | None = None
+    prefill_tps_cached: float | None = None
+    prefill_tps_cached_std: float | None = None
+    ttft_cached_speedup: float | None = None  # cold ttft_ms / ttft_ms_cached
+
+
+@dataclass(frozen=True)
+class Files:
+    raw_path: str | None = None
+    provenance_path: str | None = None
+    failure_path: str | None = None
+    log_path: str | None = None
+
+
+@dataclass(frozen=True)
+class CachedFiles:
+    cached_raw_path: str | None = None
+    cached_failure_path: str | None = None
+    cached_log_path: str | None = None
+
+
+@dataclass(frozen=True)
+class DepthRow:
+    """One row of the dataset; a column group that does not apply is None (null columns)."""
+
+    config: ConfigIdentity
+    status: Status
+    measures: Measures
+    cached: Cached | None = None
+    acceptance: Acceptance | None = None
+    provenance: Provenance | None = None
+    failure: Failure | None = None
+    files: Files | None = None
+    cached_files: CachedFiles | None = None
+
+
+CONFIG_META = column_names(ConfigIdentity)
+STATUS = column_names(Status)
+MEASURES = column_names(Measures)
 # the prefix-cache cell of the same (config, depth): None where the config has no pass
-CACHED = [
-    "cached_status",
-    "cached_reason",
-    "ttft_ms_cached",
-    "ttft_ms_cached_std",
-    "prefill_tps_cached",
-    "prefill_tps_cached_std",
-    "ttft_cached_speedup",  # cold ttft_ms / ttft_ms_cached
-]
+CACHED = column_names(Cached)
 # llama-benchy takes the server's prompt-token count when it lies within 20 % of the count
 # it expects (pp in the cached phase); the server counts the cached context too, so below
 # this depth/pp its cached prefill throughput counts the context's tokens as prefilled
 CACHED_PREFILL_MIN_DEPTH_RATIO = 0.2
-ACCEPTANCE = [
-    "acceptance_rate",
-    "mean_acceptance_length",
-    "acceptance_per_position",
-    "spec_drafts",
-    "spec_draft_tokens",
-    "spec_accepted_tokens",
-]
-PROVENANCE = [
-    "image",
-    "image_id",
-    "image_digest",
-    "engine_version",
-    "engine_startup_s",
-    "engine_reused",
-    "serve_command",
-    "gpu",
-    "gpu_count",
-    "driver",
-    "hostname",
-    "gridbench_version",
-    "load_generator",
-    "load_generator_version",
-    "fingerprint",
-    "prefix_cache_reset",
-    "started_at",
-    "finished_at",
-    "bench_wall_s",
-]
-FAILURE = ["error_type", "exit_code", "failed_at"]
-FILES = ["raw_path", "provenance_path", "failure_path", "log_path"]
-CACHED_FILES = ["cached_raw_path", "cached_failure_path", "cached_log_path"]
-COLUMNS = CONFIG_META + STATUS + MEASURES + CACHED + ACCEPTANCE + PROVENANCE + FAILURE + FILES + CACHED_FILES
+ACCEPTANCE = column_names(Acceptance)
+PROVENANCE = column_names(Provenance)
+FAILURE = column_names(Failure)
+FILES = column_names(Files)
+CACHED_FILES = column_names(CachedFiles)
+COLUMNS = row_columns(DepthRow)
 INTEGER_COLUMNS = [
     "num_speculative_tokens",
     "context_tokens",
@@ -135,87 +182,41 @@ DATASET_VERSION = 4
 NOT_RUN = "no result: the cell did not run (or its result files were removed)"
 
 
-def config_meta(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Identity columns of a config (ServingConfig.to_dict())."""
-    spec = config["speculation"]
-    return {
-        "config": config["name"],
-        "config_label": config["label"],
-        "engine": config["engine"]["name"],
-        "engine_label": config["engine"]["label"],
-        "engine_kind": config["engine"]["kind"],
-        "engine_runtime": config["engine"]["runtime"],
-        "checkpoint": config["checkpoint"]["name"],
-        "quantization": config["checkpoint"]["quantization"],
-        "weights": config["checkpoint"]["weights"],
-        "active_weight_gb": config["checkpoint"].get("active_weight_gb"),
-        "speculation": spec["name"],
-        "speculation_label": spec["label"],
-        "speculation_method": spec["method"],
-        "num_speculative_tokens": spec["num_speculative_tokens"] if spec["method"] != "none" else None,
-    }
+def config_meta(config: ServingConfig) -> ConfigIdentity:
+    spec = config.speculation
+    return ConfigIdentity(
+        config=config.name,
+        config_label=config.label,
+        engine=config.engine.name,
+        engine_label=config.engine.label,
+        engine_kind=config.engine.kind,
+        engine_runtime=config.engine.runtime,
+        checkpoint=config.checkpoint.name,
+        quantization=config.checkpoint.quantization,
+        weights=config.checkpoint.weights,
+        active_weight_gb=config.checkpoint.active_weight_gb,
+        speculation=spec.name,
+        speculation_label=spec.label,
+        speculation_method=spec.method,
+        num_speculative_tokens=spec.num_speculative_tokens if spec.enabled else None,
+    )
 
 
-def provenance_columns(prov: Mapping[str, Any]) -> dict[str, Any]:
-    """Provenance and acceptance columns of one measured cell (benchy and natural alike)."""
-    engine = prov.get("engine") or {}
-    host = prov.get("host") or {}
-    versions = prov.get("versions") or {}
-    bench = prov.get("bench") or {}
-    argv = engine.get("serve_argv")
-    row = {
-        "image": engine.get("image"),
-        "image_id": engine.get("image_id"),
-        "image_digest": engine.get("image_digest"),
-        "engine_version": engine.get("version"),
-        "engine_startup_s": engine.get("startup_s"),
-        "engine_reused": engine.get("reused"),
-        "serve_command": engine.get("serve_command") or (shlex.join(argv) if argv else None),
-        "gpu": host.get("gpu"),
-        "gpu_count": host.get("gpu_count"),
-        "driver": host.get("driver"),
-        "hostname": host.get("hostname"),
-        "gridbench_version": versions.get("gridbench"),
-        "load_generator": versions.get("load_generator"),
-        "load_generator_version": versions.get("load_generator_version"),
-        "fingerprint": prov.get("fingerprint"),
-        "prefix_cache_reset": prov.get("prefix_cache_reset"),
-        "started_at": prov.get("started_at"),
-        "finished_at": prov.get("finished_at"),
-        "bench_wall_s": bench.get("wall_s"),
-    }
-    return {**row, **acceptance_columns(prov.get("spec_decode"))}
+@dataclass(frozen=True)
+class Metric:
+    """A llama-benchy metric's mean and std over its runs, and how many runs (None: absent)."""
+
+    mean: float | None = None
+    std: float | None = None
+    runs: int | None = None
 
 
-def acceptance_columns(spec: Mapping[str, Any] | None) -> dict[str, Any]:
-    spec = spec or {}
-    per_pos = spec.get("acceptance_per_position")
-    return {
-        "acceptance_rate": spec.get("acceptance_rate"),
-        "mean_acceptance_length": spec.get("mean_acceptance_length"),
-        "acceptance_per_position": json.dumps(per_pos) if per_pos is not None else None,
-        "spec_drafts": spec.get("delta_drafts"),
-        "spec_draft_tokens": spec.get("delta_draft_tokens"),
-        "spec_accepted_tokens": spec.get("delta_accepted_tokens"),
-    }
-
-
-def failure_columns(failure: Mapping[str, Any] | None, default_reason: str) -> dict[str, Any]:
-    failure = failure or {}
-    return {
-        "reason": failure.get("reason") or default_reason,
-        "error_type": failure.get("error_type"),
-        "exit_code": failure.get("exit_code"),
-        "failed_at": failure.get("failed_at"),
-    }
-
-
-def _metric(entry: Mapping[str, Any], name: str) -> tuple[float | None, float | None, int | None]:
+def _metric(entry: Mapping[str, Any], name: str) -> Metric:
     value = entry.get(name)
     if not isinstance(value, Mapping):
-        return None, None, None
+        return Metric()
     values = value.get("values")
-    return value.get("mean"), value.get("std"), len(values) if isinstance(values, list) else None
+    return Metric(value.get("mean"), value.get("std"), len(values) if isinstance(values, list) else None)
 
 
 def benchy_entry(
@@ -234,20 +235,39 @@ def benchy_entry(
     return entry
 
 
-def measured_row(raw: Mapping[str, Any], prov: Mapping[str, Any], depth: int) -> dict[str, Any]:
-    """Measure, acceptance and provenance columns of one successful cell."""
+def measures(raw: Mapping[str, Any], depth: int) -> Measures:
+    """The measure columns of one successful cell."""
     entry = benchy_entry(raw, depth)
-    row: dict[str, Any] = {
-        "context_tokens": depth,
-        "prompt_tokens": entry.get("prompt_size"),
-        "gen_tokens": entry.get("response_size"),
-        "concurrency": entry.get("concurrency"),
-    }
-    for metric, column in METRICS.items():
-        row[column], row[f"{column}_std"], runs = _metric(entry, metric)
-        if metric == "tg_throughput":
-            row["runs"] = runs
-    return {**row, **provenance_columns(prov)}
+    prefill, decode, peak = (_metric(entry, m) for m in ("pp_throughput", "tg_throughput", "peak_throughput"))
+    prefill_req, decode_req, peak_req = (
+        _metric(entry, m) for m in ("pp_req_throughput", "tg_req_throughput", "peak_req_throughput")
+    )
+    ttft, ttfr, est_ppt = (_metric(entry, m) for m in ("e2e_ttft", "ttfr", "est_ppt"))
+    return Measures(
+        context_tokens=depth,
+        prompt_tokens=entry.get("prompt_size"),
+        gen_tokens=entry.get("response_size"),
+        concurrency=entry.get("concurrency"),
+        runs=decode.runs,
+        prefill_tps=prefill.mean,
+        prefill_tps_std=prefill.std,
+        decode_tps=decode.mean,
+        decode_tps_std=decode.std,
+        peak_tps=peak.mean,
+        peak_tps_std=peak.std,
+        prefill_req_tps=prefill_req.mean,
+        prefill_req_tps_std=prefill_req.std,
+        decode_req_tps=decode_req.mean,
+        decode_req_tps_std=decode_req.std,
+        peak_req_tps=peak_req.mean,
+        peak_req_tps_std=peak_req.std,
+        ttft_ms=ttft.mean,
+        ttft_ms_std=ttft.std,
+        ttfr_ms=ttfr.mean,
+        ttfr_ms_std=ttfr.std,
+        est_ppt_ms=est_ppt.mean,
+        est_ppt_ms_std=est_ppt.std,
+    )
 
 
 def cached_entry(raw: Mapping[str, Any], depth: int) -> Mapping[str, Any]:
@@ -257,115 +277,109 @@ def cached_entry(raw: Mapping[str, Any], depth: int) -> Mapping[str, Any]:
     return benchy_entry(raw, depth, CACHED_REQUIRED_METRICS)
 
 
-def cached_row(raw: Mapping[str, Any], depth: int, cold_ttft_ms: float | None) -> dict[str, Any]:
+def cached_measures(raw: Mapping[str, Any], depth: int, cold_ttft_ms: float | None) -> Cached:
     """The cached-context columns of a measured prefix-cache cell; a null metric is None."""
     entry = cached_entry(raw, depth)
-    ttft, ttft_std, _ = _metric(entry, "e2e_ttft")
-    prefill, prefill_std, _ = _metric(entry, "pp_throughput")
+    ttft = _metric(entry, "e2e_ttft")
+    prefill = _metric(entry, "pp_throughput")
     pp = entry.get("prompt_size")
     if not pp or depth < CACHED_PREFILL_MIN_DEPTH_RATIO * pp:
-        prefill = prefill_std = None
-    return {
-        "cached_status": "ok",
-        "cached_reason": None,
-        "ttft_ms_cached": ttft,
-        "ttft_ms_cached_std": ttft_std,
-        "prefill_tps_cached": prefill,
-        "prefill_tps_cached_std": prefill_std,
-        "ttft_cached_speedup": cold_ttft_ms / ttft if cold_ttft_ms and ttft else None,
-    }
+        prefill = Metric()
+    return Cached(
+        cached_status="ok",
+        ttft_ms_cached=ttft.mean,
+        ttft_ms_cached_std=ttft.std,
+        prefill_tps_cached=prefill.mean,
+        prefill_tps_cached_std=prefill.std,
+        ttft_cached_speedup=cold_ttft_ms / ttft.mean if cold_ttft_ms and ttft.mean else None,
+    )
+
+
+def failure_path(cell: PlannedCell, failure: CellFailure | None) -> str | None:
+    """The cell's failure file where the cell wrote one (not for a reason the reader found)."""
+    return cell.files.failure if failure and failure.recorded else None
 
 
 def _cached_columns(
-    cell: Mapping[str, Any] | None,
-    result: tuple[Mapping[str, Any], Mapping[str, Any]] | None,
-    failure: Mapping[str, Any] | None,
+    cell: DepthCellPlan,
+    result: MeasuredCell | None,
+    failure: CellFailure | None,
     cold_ttft_ms: float | None,
-) -> dict[str, Any]:
-    if cell is None:
-        return {}
-    files = {"cached_log_path": cell.get("log")}
+) -> tuple[Cached, CachedFiles]:
     if result is not None:
-        return {
-            **files,
-            "cached_raw_path": cell.get("raw"),
-            **cached_row(result[0], cell["depth"], cold_ttft_ms),
-        }
-    return {
-        **files,
-        "cached_status": "failed",
-        "cached_reason": (failure or {}).get("reason") or NOT_RUN,
-        "cached_failure_path": cell.get("failure") if failure and failure.get("cell") else None,
-    }
+        return (
+            cached_measures(result.raw, cell.depth, cold_ttft_ms),
+            CachedFiles(cached_raw_path=cell.files.raw, cached_log_path=cell.files.log),
+        )
+    return (
+        Cached("failed", (failure.reason if failure else None) or NOT_RUN),
+        CachedFiles(cached_failure_path=failure_path(cell, failure), cached_log_path=cell.files.log),
+    )
 
 
 def rows_from_results(
-    plan: Mapping[str, Any],
-    results: Mapping[tuple[str, int], tuple[Mapping[str, Any], Mapping[str, Any]]],
-    failures: Mapping[tuple[str, int], Mapping[str, Any]],
-    cached: Mapping[tuple[str, int], tuple[Mapping[str, Any], Mapping[str, Any]]] | None = None,
-    cached_failures: Mapping[tuple[str, int], Mapping[str, Any]] | None = None,
-) -> list[dict[str, Any]]:
-    """Rows in plan order. ``results`` maps (config, depth) to (raw, provenance) for cells
-    that succeeded; ``failures`` to their failure record (or a synthesized one) otherwise.
-    ``cached`` and ``cached_failures`` do the same for the plan's prefix-cache cells."""
+    plan: DepthPlan,
+    results: Mapping[tuple[str, int], MeasuredCell],
+    failures: Mapping[tuple[str, int], CellFailure],
+    cached: Mapping[tuple[str, int], MeasuredCell] | None = None,
+    cached_failures: Mapping[tuple[str, int], CellFailure] | None = None,
+) -> list[DepthRow]:
+    """Rows in plan order: a measured row for each cell in ``results``, a failed one with
+    its failure (or NOT_RUN) otherwise. ``cached`` and ``cached_failures`` do the same for
+    the plan's prefix-cache cells."""
     cached, cached_failures = cached or {}, cached_failures or {}
-    cached_cells = {(c["config"], c["depth"]): c for c in plan.get("cached_cells", [])}
+    cached_cells = {cell.key: cell for cell in plan.cached_cells}
     rows = []
-    for cell in plan["cells"]:
-        key = (cell["config"], cell["depth"])
-        base = {
-            **config_meta(plan["configs"][cell["config"]]),
-            "context_tokens": cell["depth"],
-            "log_path": cell.get("log"),
-        }
-        if key in results:
-            raw, prov = results[key]
-            row = {
-                **base,
-                "status": "ok",
-                "reason": None,
-                "raw_path": cell.get("raw"),
-                "provenance_path": cell.get("provenance"),
-                **measured_row(raw, prov, cell["depth"]),
-            }
-        else:
-            failure = failures.get(key)
-            row = {
-                **base,
-                "status": "failed",
-                "failure_path": cell.get("failure") if failure and failure.get("cell") else None,
-                **failure_columns(failure, NOT_RUN),
-            }
-        row.update(
-            _cached_columns(
-                cached_cells.get(key), cached.get(key), cached_failures.get(key), row.get("ttft_ms")
+    for cell in plan.cells:
+        identity = config_meta(plan.configs[cell.config])
+        result = results.get(cell.key)
+        if result is not None:
+            row = DepthRow(
+                identity,
+                Status("ok"),
+                measures(result.raw, cell.depth),
+                acceptance=result.provenance.acceptance or Acceptance(),
+                provenance=result.provenance.provenance,
+                files=Files(cell.files.raw, cell.files.provenance, log_path=cell.files.log),
             )
-        )
+        else:
+            failure = failures.get(cell.key)
+            row = DepthRow(
+                identity,
+                Status("failed", (failure.reason if failure else None) or NOT_RUN),
+                Measures(cell.depth),
+                failure=failure.details if failure else None,
+                files=Files(failure_path=failure_path(cell, failure), log_path=cell.files.log),
+            )
+        cached_cell = cached_cells.get(cell.key)
+        if cached_cell is not None:
+            cached_columns, cached_files = _cached_columns(
+                cached_cell, cached.get(cell.key), cached_failures.get(cell.key), row.measures.ttft_ms
+            )
+            row = replace(row, cached=cached_columns, cached_files=cached_files)
         rows.append(row)
-    for cell in plan.get("skipped", []):
+    for skipped in plan.skipped:
         rows.append(
-            {
-                **config_meta(plan["configs"][cell["config"]]),
-                "context_tokens": cell["depth"],
-                "status": "skipped",
-                "reason": cell["reason"],
-            }
+            DepthRow(
+                config_meta(plan.configs[skipped.config]),
+                Status("skipped", skipped.reason),
+                Measures(skipped.depth),
+            )
         )
     return rows
 
 
 def typed_frame(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Iterable[object],
     columns: Sequence[str],
     *,
     integers: Sequence[str],
     floats: Sequence[str],
     booleans: Sequence[str] = BOOLEAN_COLUMNS,
 ) -> pd.DataFrame:
-    """Rows as a frame with nullable dtypes (ints stay ints with missing values); every
-    other column is a string."""
-    frame = pd.DataFrame.from_records(list(rows), columns=list(columns))
+    """Rows of column groups as a frame with nullable dtypes (ints stay ints with missing
+    values); every other column is a string."""
+    frame = pd.DataFrame.from_records([row_record(row) for row in rows], columns=list(columns))
     for column in frame.columns:
         if column in integers:
             frame[column] = frame[column].astype("Int64")
@@ -378,7 +392,7 @@ def typed_frame(
     return frame
 
 
-def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+def to_frame(rows: Sequence[DepthRow]) -> pd.DataFrame:
     """Typed frame in report order: configs as declared, depths ascending (skipped in place)."""
     frame = typed_frame(rows, COLUMNS, integers=INTEGER_COLUMNS, floats=FLOAT_COLUMNS)
     order = {name: i for i, name in enumerate(dict.fromkeys(frame["config"]))}
@@ -435,93 +449,16 @@ def document_text(document: Mapping[str, Any]) -> str:
     return "{\n" + ",\n".join(entries) + "\n}\n"
 
 
-def load_json(path: Path) -> Any:
-    """A JSON file, or None when it does not exist."""
-    try:
-        return json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ResultFileError(
-            f"{path}: not valid JSON ({err})", hint=f"delete {path} and rerun: the workflow redoes that cell"
-        ) from err
-
-
-def unreadable(path: str, err: ResultFileError) -> dict[str, Any]:
-    """A failure record for a result file that exists but cannot be used."""
-    log.warning(f"{path}: {err.message}; the cell counts as failed")
-    return {"reason": f"{path}: {err.message}; delete it and rerun the workflow to redo the cell"}
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: parsed JSON holds no cycles, and with thousands
-    of documents alive its passes cost as much as the parsing."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-CellKey = TypeVar("CellKey", bound=tuple[Any, ...])
-RawCells = tuple[
-    dict[CellKey, tuple[dict[str, Any], dict[str, Any]]],  # results: (raw, provenance)
-    dict[CellKey, dict[str, Any]],  # failure records
-]
-
-
-def read_cells(
-    cells: Sequence[Mapping[str, Any]],
-    key: Callable[[Mapping[str, Any]], CellKey],
-    check: Callable[[Mapping[str, Any], Mapping[str, Any]], object],
-) -> RawCells[CellKey]:
-    """The files of planned cells, depth and natural alike: each cell's result with its
-    provenance, or its failure record. ``check(raw, cell)`` raises ResultFileError for a
-    result that is not this cell's (a foreign file must not pass as a result)."""
-    results: dict[CellKey, tuple[dict[str, Any], dict[str, Any]]] = {}
-    failures: dict[CellKey, dict[str, Any]] = {}
-    with collector_paused():
-        for cell in cells:
-            name = key(cell)
-            try:
-                raw = load_json(Path(cell["raw"]))
-                prov = load_json(Path(cell["provenance"]))
-                if raw is not None and prov is not None:
-                    check(raw, cell)
-                    results[name] = (raw, prov)
-                    continue
-            except ResultFileError as err:
-                failures[name] = unreadable(cell["raw"], err)
-                continue
-            failure = load_json(Path(cell["failure"])) if cell.get("failure") else None
-            if failure:
-                failures[name] = failure
-            elif raw is not None:
-                failures[name] = {
-                    "reason": f"{cell['provenance']} is missing; rerun the workflow to redo the cell"
-                }
-    return results, failures
-
-
 def read_benchy_cells(
-    cells: Sequence[Mapping[str, Any]],
+    cells: Sequence[DepthCellPlan],
     entry: Callable[[Mapping[str, Any], int], Mapping[str, Any]] = benchy_entry,
-) -> tuple[
-    dict[tuple[str, int], tuple[dict[str, Any], dict[str, Any]]],
-    dict[tuple[str, int], dict[str, Any]],
-    dict[str, str | None],
-]:
+) -> tuple[dict[tuple[str, int], MeasuredCell], dict[tuple[str, int], CellFailure], dict[str, str | None]]:
     """The files of these planned cells: (results, failures, llama-benchy version per config).
     ``entry`` finds a result's measured entry, and raises ResultFileError when it has none."""
-    results, failures = read_cells(
-        cells, lambda cell: (cell["config"], cell["depth"]), lambda raw, cell: entry(raw, cell["depth"])
-    )
+    results, failures = read_cells(cells, lambda cell: cell.key, lambda raw, cell: entry(raw, cell.depth))
     versions: dict[str, str | None] = {}
-    for (config, _), (raw, _) in results.items():
-        versions.setdefault(config, raw.get("version"))
+    for (config, _), result in results.items():
+        versions.setdefault(config, result.raw.get("version"))
     return results, failures, versions
 
 
@@ -548,11 +485,11 @@ def foreign_files(root: Path = Path()) -> list[str]:
     return found
 
 
-def build_from_plan(plan: Mapping[str, Any], *, csv: Path, json_path: Path, parquet: Path) -> pd.DataFrame:
+def build_from_plan(plan: DepthPlan, *, csv: Path, json_path: Path, parquet: Path) -> pd.DataFrame:
     for path in foreign_files():
         log.warning(f"{path}: not a result file of any cell; it is left out of the dataset")
-    results, failures, versions = read_benchy_cells(plan["cells"])
-    cached, cached_failures, _ = read_benchy_cells(plan.get("cached_cells", []), cached_entry)
+    results, failures, versions = read_benchy_cells(plan.cells)
+    cached, cached_failures, _ = read_benchy_cells(plan.cached_cells, cached_entry)
     frame = to_frame(rows_from_results(plan, results, failures, cached, cached_failures))
     write_frame(frame, csv=csv, parquet=parquet)
     atomic_write_text(json_path, document_text(to_json_document(frame, versions)))

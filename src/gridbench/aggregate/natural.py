@@ -7,43 +7,103 @@ reason from its failure record. ``rows_from_results`` is pure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from gridbench.aggregate import dataset
+from gridbench.aggregate.records import (
+    Acceptance,
+    CellFailure,
+    CellReadings,
+    Failure,
+    MeasuredCell,
+    Provenance,
+    column_names,
+    read_cells,
+    row_columns,
+)
 from gridbench.errors import ResultFileError
+from gridbench.plan import NaturalCellPlan, NaturalPlan
 
 SCHEMA = "gridbench.natural.v1"
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "req_tok_s")
 STATISTICS = ("mean", "p50", "p95", "p99")
-SUMMARY = [
-    "requests",
-    "ok",
-    "errored",
-    "incomplete",
-    "error_rate",
-    "wall_s",
-    "output_tok_s",
-    "output_tokens_p50",
-    *[f"{m}_{s}" for m in LATENCIES for s in STATISTICS],
-]
-SETTINGS = ["max_tokens", "temperature"]
-COLUMNS = [
-    *dataset.CONFIG_META,
-    "prompt_class",
-    "concurrency",
-    *dataset.STATUS,
-    *SUMMARY,
-    "percentile_warnings",
-    *SETTINGS,
-    *dataset.ACCEPTANCE,
-    *dataset.PROVENANCE,
-    *dataset.FAILURE,
-    *dataset.FILES,
-]
+
+
+@dataclass(frozen=True)
+class Coordinates:
+    prompt_class: str
+    concurrency: int
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The harness's summary of a cell's requests (its raw file's ``summary``)."""
+
+    requests: int | None = None
+    ok: int | None = None
+    errored: int | None = None
+    incomplete: int | None = None
+    error_rate: float | None = None
+    wall_s: float | None = None
+    output_tok_s: float | None = None
+    output_tokens_p50: int | None = None
+    ttft_ms_mean: float | None = None
+    ttft_ms_p50: float | None = None
+    ttft_ms_p95: float | None = None
+    ttft_ms_p99: float | None = None
+    tpot_ms_mean: float | None = None
+    tpot_ms_p50: float | None = None
+    tpot_ms_p95: float | None = None
+    tpot_ms_p99: float | None = None
+    itl_ms_mean: float | None = None
+    itl_ms_p50: float | None = None
+    itl_ms_p95: float | None = None
+    itl_ms_p99: float | None = None
+    e2e_ms_mean: float | None = None
+    e2e_ms_p50: float | None = None
+    e2e_ms_p95: float | None = None
+    e2e_ms_p99: float | None = None
+    req_tok_s_mean: float | None = None
+    req_tok_s_p50: float | None = None
+    req_tok_s_p95: float | None = None
+    req_tok_s_p99: float | None = None
+    percentile_warnings: str | None = None  # "; "-joined
+
+    @classmethod
+    def from_json(cls, summary: Mapping[str, Any]) -> Summary:
+        warnings = summary.get("percentile_warnings") or []
+        measured = {column: summary.get(column) for column in SUMMARY}
+        return cls(**measured, percentile_warnings="; ".join(warnings) if warnings else None)
+
+
+@dataclass(frozen=True)
+class Settings:
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+@dataclass(frozen=True)
+class NaturalRow:
+    """One row of the natural-prompt dataset; a column group that does not apply is None."""
+
+    config: dataset.ConfigIdentity
+    coordinates: Coordinates
+    status: dataset.Status
+    summary: Summary | None = None
+    settings: Settings | None = None
+    acceptance: Acceptance | None = None
+    provenance: Provenance | None = None
+    failure: Failure | None = None
+    files: dataset.Files | None = None
+
+
+SUMMARY = [c for c in column_names(Summary) if c != "percentile_warnings"]
+COLUMNS = row_columns(NaturalRow)
 INTEGERS = [
     "num_speculative_tokens",
     "concurrency",
@@ -67,21 +127,24 @@ FLOATS = [
 ]
 
 
-def measured_row(raw: Mapping[str, Any], prov: Mapping[str, Any]) -> dict[str, Any]:
-    summary = raw["summary"]
+def measured_row(identity: dataset.ConfigIdentity, cell: NaturalCellPlan, result: MeasuredCell) -> NaturalRow:
+    raw = result.raw
     settings = raw.get("settings") or {}
-    row = {column: summary.get(column) for column in SUMMARY}
-    warnings = summary.get("percentile_warnings") or []
-    row["percentile_warnings"] = "; ".join(warnings) if warnings else None
-    row["max_tokens"] = settings.get("max_tokens")
-    row["temperature"] = settings.get("temperature")
-    provenance = dataset.provenance_columns(prov)
-    # the raw file carries the harness's own acceptance window; provenance the engine's
-    provenance.update(dataset.acceptance_columns(raw.get("spec_decode") or prov.get("spec_decode")))
-    return {**row, **provenance}
+    spec = raw.get("spec_decode")
+    return NaturalRow(
+        identity,
+        Coordinates(cell.prompt_class, cell.concurrency),
+        dataset.Status("ok"),
+        Summary.from_json(raw["summary"]),
+        Settings(settings.get("max_tokens"), settings.get("temperature")),
+        # the raw file carries the harness's own acceptance window; provenance the engine's
+        acceptance=(Acceptance.from_json(spec) if spec else result.provenance.acceptance) or Acceptance(),
+        provenance=result.provenance.provenance,
+        files=dataset.Files(cell.files.raw, cell.files.provenance, log_path=cell.files.log),
+    )
 
 
-def check_raw(raw: Any, cell: Mapping[str, Any]) -> None:
+def check_raw(raw: Any, cell: NaturalCellPlan) -> None:
     if (
         not isinstance(raw, Mapping)
         or raw.get("schema") != SCHEMA
@@ -89,63 +152,46 @@ def check_raw(raw: Any, cell: Mapping[str, Any]) -> None:
     ):
         raise ResultFileError(f"not a natural-prompt result (schema {SCHEMA} with a summary)")
     found = (raw.get("config"), raw.get("prompt_class"), raw.get("concurrency"))
-    wanted = (cell["config"], cell["prompt_class"], cell["concurrency"])
-    if found != wanted:
-        raise ResultFileError(f"holds cell {found}, expected {wanted}")
+    if found != cell.key:
+        raise ResultFileError(f"holds cell {found}, expected {cell.key}")
 
 
 def rows_from_results(
-    plan: Mapping[str, Any],
-    results: Mapping[tuple[str, str, int], tuple[Mapping[str, Any], Mapping[str, Any]]],
-    failures: Mapping[tuple[str, str, int], Mapping[str, Any]],
-) -> list[dict[str, Any]]:
+    plan: NaturalPlan,
+    results: Mapping[tuple[str, str, int], MeasuredCell],
+    failures: Mapping[tuple[str, str, int], CellFailure],
+) -> list[NaturalRow]:
     rows = []
-    for cell in plan["cells"]:
-        key = (cell["config"], cell["prompt_class"], cell["concurrency"])
-        base = {
-            **dataset.config_meta(plan["configs"][cell["config"]]),
-            "prompt_class": cell["prompt_class"],
-            "concurrency": cell["concurrency"],
-            "log_path": cell.get("log"),
-        }
-        if key in results:
-            raw, prov = results[key]
-            rows.append(
-                {
-                    **base,
-                    "status": "ok",
-                    "reason": None,
-                    "raw_path": cell.get("raw"),
-                    "provenance_path": cell.get("provenance"),
-                    **measured_row(raw, prov),
-                }
+    for cell in plan.cells:
+        identity = dataset.config_meta(plan.configs[cell.config])
+        result = results.get(cell.key)
+        if result is not None:
+            rows.append(measured_row(identity, cell, result))
+            continue
+        failure = failures.get(cell.key)
+        rows.append(
+            NaturalRow(
+                identity,
+                Coordinates(cell.prompt_class, cell.concurrency),
+                dataset.Status("failed", (failure.reason if failure else None) or dataset.NOT_RUN),
+                failure=failure.details if failure else None,
+                files=dataset.Files(
+                    failure_path=dataset.failure_path(cell, failure), log_path=cell.files.log
+                ),
             )
-        else:
-            failure = failures.get(key)
-            rows.append(
-                {
-                    **base,
-                    "status": "failed",
-                    "failure_path": cell.get("failure") if failure and failure.get("cell") else None,
-                    **dataset.failure_columns(failure, dataset.NOT_RUN),
-                }
-            )
+        )
     return rows
 
 
-def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+def to_frame(rows: Sequence[NaturalRow]) -> pd.DataFrame:
     return dataset.typed_frame(rows, COLUMNS, integers=INTEGERS, floats=FLOATS)
 
 
-def read_natural_cells(
-    plan: Mapping[str, Any],
-) -> dataset.RawCells[tuple[str, str, int]]:
-    return dataset.read_cells(
-        plan["cells"], lambda cell: (cell["config"], cell["prompt_class"], cell["concurrency"]), check_raw
-    )
+def read_natural_cells(plan: NaturalPlan) -> CellReadings[tuple[str, str, int]]:
+    return read_cells(plan.cells, lambda cell: cell.key, check_raw)
 
 
-def build_from_plan(plan: Mapping[str, Any], *, csv: Path, parquet: Path) -> pd.DataFrame:
+def build_from_plan(plan: NaturalPlan, *, csv: Path, parquet: Path) -> pd.DataFrame:
     results, failures = read_natural_cells(plan)
     frame = to_frame(rows_from_results(plan, results, failures))
     dataset.write_frame(frame, csv=csv, parquet=parquet)

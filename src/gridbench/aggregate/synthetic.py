@@ -11,6 +11,8 @@ from typing import Any
 
 from gridbench import provenance as provenance_module
 from gridbench.files import atomic_write_json
+from gridbench.grid import ServingConfig
+from gridbench.plan import DepthCellPlan, NaturalCellPlan
 from gridbench.spec_metrics import SpecCounters, acceptance
 
 BENCHY_METRICS = (
@@ -120,13 +122,11 @@ def spec_decode(drafts: int, per_position: Sequence[float]) -> dict[str, Any]:
         accepted_per_pos={i: float(v) for i, v in accepted.items()},
         present=True,
     )
-    result = acceptance(SpecCounters(present=True), after)
-    result["window"] = "after llama-benchy's warm-up run"
-    return result
+    return acceptance(SpecCounters(present=True), after, "after llama-benchy's warm-up run").to_json()
 
 
 def provenance_record(
-    config: Mapping[str, Any],
+    cfg: ServingConfig,
     cell: str,
     *,
     host: Mapping[str, Any],
@@ -139,9 +139,6 @@ def provenance_record(
     bench_wall_s: float | None = 55.0,
 ) -> dict[str, Any]:
     """A provenance record with the keys gridbench.cell.run_cell writes."""
-    from gridbench.grid import ServingConfig
-
-    cfg = ServingConfig.from_dict(config)
     argv = [*cfg.engine.command, "--model", cfg.checkpoint.model, *cfg.serve_args]
     record = {
         "schema": provenance_module.SCHEMA,
@@ -290,16 +287,20 @@ def natural_raw(
     }
 
 
-def failure_record(cell: Mapping[str, Any], what: str, reason: str, kind: str = "benchy") -> dict[str, Any]:
+def failure_record(
+    cell: DepthCellPlan | NaturalCellPlan, what: str, reason: str, *, prefix_cache: bool = False
+) -> dict[str, Any]:
     """A failure record with the keys gridbench.cell writes under results/failures/."""
+    depth = cell if isinstance(cell, DepthCellPlan) else None
+    natural = cell if isinstance(cell, NaturalCellPlan) else None
     return {
         "cell": what,
-        "config": cell["config"],
-        "kind": kind,
-        "depth": cell.get("depth"),
-        "prompt_class": cell.get("prompt_class"),
-        "concurrency": cell.get("concurrency"),
-        "prefix_cache": bool(cell.get("prefix_cache")),
+        "config": cell.config,
+        "kind": "natural" if natural else "benchy",
+        "depth": depth.depth if depth else None,
+        "prompt_class": natural.prompt_class if natural else None,
+        "concurrency": natural.concurrency if natural else None,
+        "prefix_cache": prefix_cache,
         "error_type": "EngineDiedError",
         "reason": reason,
         "hint": "read the engine log; the next cell starts a fresh engine",
@@ -307,10 +308,12 @@ def failure_record(cell: Mapping[str, Any], what: str, reason: str, kind: str = 
         "engine_log_tail": "",
         "started_at": "2026-07-09T12:00:00.000+00:00",
         "failed_at": "2026-07-09T12:00:30.000+00:00",
-        "cell_log": cell.get("log"),
+        "cell_log": cell.files.log,
     }
 
 
-def write_cell(cell: Mapping[str, Any], raw: Mapping[str, Any], prov: Mapping[str, Any], root: Path) -> None:
-    atomic_write_json(root / cell["raw"], raw)
-    atomic_write_json(root / cell["provenance"], prov)
+def write_cell(
+    cell: DepthCellPlan | NaturalCellPlan, raw: Mapping[str, Any], prov: Mapping[str, Any], root: Path
+) -> None:
+    atomic_write_json(root / cell.files.raw, raw)
+    atomic_write_json(root / cell.files.provenance, prov)

@@ -1,0 +1,249 @@
+"""What a planned cell left, read once at the edge: its result document with a typed
+provenance record, or why it has none (its failure record, or what was wrong with its files).
+
+The provenance, acceptance and failure records are also the datasets' column groups: their
+fields name the columns, in the datasets' order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import logging
+import shlex
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import NoneType
+from typing import Any, Protocol, TypeVar, get_args, get_type_hints
+
+from gridbench.errors import ResultFileError
+from gridbench.layout import CellFiles
+
+log = logging.getLogger(__name__)
+
+
+def column_names(group: type[Any]) -> list[str]:
+    """A column group's columns: its dataclass fields, in order."""
+    return [f.name for f in fields(group)]
+
+
+def columns_of(group: object) -> dict[str, Any]:
+    """A column group's values by column (a shallow asdict: the values are plain)."""
+    return {f.name: getattr(group, f.name) for f in fields(group)}  # type: ignore[arg-type]
+
+
+def row_columns(row: type[Any]) -> list[str]:
+    """A dataset's columns in order: those of each column group its row type holds."""
+    hints = get_type_hints(row)
+    groups = [
+        next(t for t in get_args(hints[f.name]) or (hints[f.name],) if t is not NoneType) for f in fields(row)
+    ]
+    return [name for group in groups for name in column_names(group)]
+
+
+def row_record(row: object) -> dict[str, Any]:
+    """A row's columns by name, from its column groups (a group that is None: no columns)."""
+    record: dict[str, Any] = {}
+    for group in columns_of(row).values():
+        if group is not None:
+            record.update(columns_of(group))
+    return record
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Speculative decoding's acceptance over a cell's window (spec_metrics.acceptance)."""
+
+    acceptance_rate: float | None = None
+    mean_acceptance_length: float | None = None
+    acceptance_per_position: str | None = None  # a JSON list, one rate per draft position
+    spec_drafts: float | None = None
+    spec_draft_tokens: float | None = None
+    spec_accepted_tokens: float | None = None
+
+    @classmethod
+    def from_json(cls, spec: Mapping[str, Any]) -> Acceptance:
+        per_pos = spec.get("acceptance_per_position")
+        return cls(
+            acceptance_rate=spec.get("acceptance_rate"),
+            mean_acceptance_length=spec.get("mean_acceptance_length"),
+            acceptance_per_position=json.dumps(per_pos) if per_pos is not None else None,
+            spec_drafts=spec.get("delta_drafts"),
+            spec_draft_tokens=spec.get("delta_draft_tokens"),
+            spec_accepted_tokens=spec.get("delta_accepted_tokens"),
+        )
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where and how a cell was measured: engine, host, versions and times."""
+
+    image: str | None
+    image_id: str | None
+    image_digest: str | None
+    engine_version: str | None
+    engine_startup_s: float | None
+    engine_reused: bool | None
+    serve_command: str | None
+    gpu: str | None
+    gpu_count: int | None
+    driver: str | None
+    hostname: str | None
+    gridbench_version: str | None
+    load_generator: str | None
+    load_generator_version: str | None
+    fingerprint: str | None
+    prefix_cache_reset: bool | None
+    started_at: str | None
+    finished_at: str | None
+    bench_wall_s: float | None
+
+
+@dataclass(frozen=True)
+class ProvenanceRecord:
+    """A cell's provenance file: its columns, and the engine's acceptance counters (None
+    when the record has none)."""
+
+    provenance: Provenance
+    acceptance: Acceptance | None
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> ProvenanceRecord:
+        engine = document.get("engine") or {}
+        host = document.get("host") or {}
+        versions = document.get("versions") or {}
+        bench = document.get("bench") or {}
+        argv = engine.get("serve_argv")
+        spec = document.get("spec_decode")
+        provenance = Provenance(
+            image=engine.get("image"),
+            image_id=engine.get("image_id"),
+            image_digest=engine.get("image_digest"),
+            engine_version=engine.get("version"),
+            engine_startup_s=engine.get("startup_s"),
+            engine_reused=engine.get("reused"),
+            serve_command=engine.get("serve_command") or (shlex.join(argv) if argv else None),
+            gpu=host.get("gpu"),
+            gpu_count=host.get("gpu_count"),
+            driver=host.get("driver"),
+            hostname=host.get("hostname"),
+            gridbench_version=versions.get("gridbench"),
+            load_generator=versions.get("load_generator"),
+            load_generator_version=versions.get("load_generator_version"),
+            fingerprint=document.get("fingerprint"),
+            prefix_cache_reset=document.get("prefix_cache_reset"),
+            started_at=document.get("started_at"),
+            finished_at=document.get("finished_at"),
+            bench_wall_s=bench.get("wall_s"),
+        )
+        return cls(provenance, Acceptance.from_json(spec) if spec else None)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failure record's columns beside its reason."""
+
+    error_type: str | None = None
+    exit_code: int | None = None
+    failed_at: str | None = None
+
+
+@dataclass(frozen=True)
+class CellFailure:
+    """Why a cell has no result: the failure record it wrote (``recorded``), or what the
+    reader found wrong with its files (only a reason)."""
+
+    reason: str | None
+    details: Failure = field(default_factory=Failure)
+    recorded: bool = False
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> CellFailure:
+        details = Failure(document.get("error_type"), document.get("exit_code"), document.get("failed_at"))
+        return cls(document.get("reason"), details, recorded=bool(document.get("cell")))
+
+
+@dataclass(frozen=True)
+class MeasuredCell:
+    """A cell's result: the load generator's document (free-form JSON) and its provenance."""
+
+    raw: dict[str, Any]
+    provenance: ProvenanceRecord
+
+
+def load_json(path: Path) -> Any:
+    """A JSON file, or None when it does not exist."""
+    try:
+        return json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ResultFileError(
+            f"{path}: not valid JSON ({err})", hint=f"delete {path} and rerun: the workflow redoes that cell"
+        ) from err
+
+
+def unreadable(path: str, err: ResultFileError) -> CellFailure:
+    """Why a result file that exists but cannot be used counts as a failure."""
+    log.warning(f"{path}: {err.message}; the cell counts as failed")
+    return CellFailure(f"{path}: {err.message}; delete it and rerun the workflow to redo the cell")
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: parsed JSON holds no cycles, and with thousands
+    of documents alive its passes cost as much as the parsing."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+class PlannedCell(Protocol):
+    """A plan's cell, depth or natural: the reader needs only its files."""
+
+    @property
+    def files(self) -> CellFiles: ...
+
+
+Cell = TypeVar("Cell", bound=PlannedCell)
+CellKey = TypeVar("CellKey", bound=Hashable)
+CellReadings = tuple[dict[CellKey, MeasuredCell], dict[CellKey, CellFailure]]
+
+
+def read_cells(
+    cells: Sequence[Cell], key: Callable[[Cell], CellKey], check: Callable[[Any, Cell], object]
+) -> CellReadings[CellKey]:
+    """The files of planned cells, depth and natural alike: each cell's result with its
+    provenance, or why it has none. ``check(raw, cell)`` raises ResultFileError for a
+    result that is not this cell's (a foreign file must not pass as a result)."""
+    results: dict[CellKey, MeasuredCell] = {}
+    failures: dict[CellKey, CellFailure] = {}
+    with collector_paused():
+        for cell in cells:
+            name, files = key(cell), cell.files
+            try:
+                raw = load_json(Path(files.raw))
+                prov = load_json(Path(files.provenance))
+                if raw is not None and prov is not None:
+                    check(raw, cell)
+                    if not isinstance(prov, dict):
+                        raise ResultFileError(f"{files.provenance} is not a provenance record")
+                    results[name] = MeasuredCell(raw, ProvenanceRecord.from_json(prov))
+                    continue
+            except ResultFileError as err:
+                failures[name] = unreadable(files.raw, err)
+                continue
+            failure = load_json(Path(files.failure))
+            if failure:
+                failures[name] = CellFailure.from_json(failure)
+            elif raw is not None:
+                failures[name] = CellFailure(
+                    f"{files.provenance} is missing; rerun the workflow to redo the cell"
+                )
+    return results, failures
