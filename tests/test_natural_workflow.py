@@ -14,6 +14,7 @@ import pytest
 from conftest import REPO, load_yaml, write_config
 from gridbench.errors import ConfigError
 from gridbench.loading import load_grid
+from gridbench.plan import depth_plan, natural_plan
 from test_workflow import events, snakemake
 
 STUDY = REPO / "config/studies/qwen36-35b-a3b-dflash.yaml"
@@ -107,4 +108,6 @@ def test_a_study_without_depths_or_natural_measures_nothing():
         load_grid(config, "demo.yaml")
     config["natural"] = {}
     grid = load_grid(config, "demo.yaml")
-    assert grid.cells() == ([], []) and len(grid.natural_cells()) == 4 * 4 * 4  # the defaults
+    plan = depth_plan(grid)
+    assert plan.cells == plan.skipped == plan.cached_cells == ()
+    assert len(natural_plan(grid).cells) == 4 * 4 * 4  # the defaults

@@ -55,21 +55,21 @@ def _load_grid(args: argparse.Namespace) -> Grid:
 
 
 def cmd_cells(args: argparse.Namespace) -> int:
+    from gridbench.plan import depth_plan, natural_plan
+
     grid = _load_grid(args)
-    cells, skipped = grid.cells()
-    for cell in cells:
+    depth, natural = depth_plan(grid), natural_plan(grid)
+    for cell in depth.cells:
         print(f"{cell.config}\tdepth {cell.depth}")
-    for skip in skipped:
+    for skip in depth.skipped:
         print(f"{skip.config}\tdepth {skip.depth}\tskipped: {skip.reason}")
-    cached = grid.prefix_cache_cells()
-    for cell in cached:
+    for cell in depth.cached_cells:
         print(f"{cell.config}\tdepth {cell.depth} cached context")
-    natural = grid.natural_cells()
-    for level in natural:
+    for level in natural.cells:
         print(f"{level.config}\tnatural {level.prompt_class} c={level.concurrency}")
     print(
-        f"{len(cells)} llama-benchy cells scheduled, {len(skipped)} skipped, {len(cached)} with the context "
-        f"cached; {len(natural)} natural cells",
+        f"{len(depth.cells)} llama-benchy cells scheduled, {len(depth.skipped)} skipped, "
+        f"{len(depth.cached_cells)} with the context cached; {len(natural.cells)} natural cells",
         file=sys.stderr,
     )
     return 0

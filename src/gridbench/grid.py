@@ -1,5 +1,5 @@
 """The grid as typed data: configs resolved from engines, checkpoints and speculations,
-the benchmark settings, and the cells a sweep runs.
+the benchmark settings, and the filters that select configs (plan.py enumerates the cells).
 
 Pure: loading.load_grid is the one way from a config to a Grid (resolve.py builds it).
 """
@@ -228,30 +228,6 @@ class StudyInfo:
 
 
 @dataclass(frozen=True)
-class PlannedDepthCell:
-    """A llama-benchy cell of the grid, by its coordinates (cell.DepthCell runs one)."""
-
-    config: str
-    depth: int
-
-
-@dataclass(frozen=True)
-class PlannedNaturalCell:
-    """A natural-prompt cell of the grid, by its coordinates (cell.NaturalCell runs one)."""
-
-    config: str
-    prompt_class: str
-    concurrency: int
-
-
-@dataclass(frozen=True)
-class SkippedDepthCell:
-    config: str
-    depth: int
-    reason: str
-
-
-@dataclass(frozen=True)
 class Grid:
     """Every config of a study, the benchmark settings and the active filters."""
 
@@ -296,38 +272,3 @@ class Grid:
                 hint="loosen the filters; `gridbench cells --configfile ...` lists the grid",
             )
         return chosen
-
-    def cells(self) -> tuple[list[PlannedDepthCell], list[SkippedDepthCell]]:
-        """Scheduled cells in run order (config-major), and the cells too long to run."""
-        scheduled, skipped = [], []
-        for cfg in self.selected():
-            for depth in self.depths:
-                needed = depth + self.benchy.pp + self.benchy.tg
-                if needed > cfg.serving.max_model_len:
-                    skipped.append(
-                        SkippedDepthCell(
-                            cfg.name,
-                            depth,
-                            f"depth {depth} + pp {self.benchy.pp} + tg {self.benchy.tg} = {needed} "
-                            f"exceeds max_model_len {cfg.serving.max_model_len}",
-                        )
-                    )
-                else:
-                    scheduled.append(PlannedDepthCell(cfg.name, depth))
-        return scheduled, skipped
-
-    def prefix_cache_cells(self) -> list[PlannedDepthCell]:
-        """The prefix-cache pass's cells, one per scheduled cell with context of a config in
-        benchy.prefix_cache_pass (at depth 0 there is no context to cache)."""
-        return [c for c in self.cells()[0] if c.config in self.prefix_cache_pass and c.depth > 0]
-
-    def natural_cells(self) -> list[PlannedNaturalCell]:
-        """Natural-prompt cells in run order: config, then prompt class, then concurrency."""
-        if self.natural is None:
-            return []
-        return [
-            PlannedNaturalCell(cfg.name, prompt_class, concurrency)
-            for cfg in self.selected()
-            for prompt_class in self.natural.prompt_classes
-            for concurrency in self.natural.concurrency
-        ]

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from gridbench import layout
 from gridbench.grid import Grid
+from gridbench.plan import depth_plan, natural_plan
 
 if TYPE_CHECKING:
     from rich.panel import Panel
@@ -58,40 +59,38 @@ def planned_cells(grid: Grid) -> list[PlannedCell]:
     """Every cell the grid's plan runs: llama-benchy cells, then natural-prompt cells."""
     cells = []
     benchy = grid.benchy
-    for cell in grid.cells()[0]:
-        files = layout.depth_cell_files(cell.config, cell.depth)
+    depth = depth_plan(grid)
+    for cell in depth.cells:
         cells.append(
             PlannedCell(
                 kind="benchy",
                 config=cell.config,
                 cell_id=layout.BENCHY_CELL_ID.format(depth=cell.depth),
                 label=f"{cell.config} depth {cell.depth}",
-                result=files.raw,
-                provenance=files.provenance,
-                failure=files.failure,
+                result=cell.files.raw,
+                provenance=cell.files.provenance,
+                failure=cell.files.failure,
                 expected_requests=benchy.runs * benchy.concurrency,
                 timing_keys=(("benchy", cell.config, cell.depth), ("benchy", cell.depth), ("benchy",)),
             )
         )
-    for cell in grid.prefix_cache_cells():
-        files = layout.depth_cell_files(cell.config, cell.depth, prefix_cache=True)
+    for cell in depth.cached_cells:
         cells.append(
             PlannedCell(
                 kind="benchy",
                 config=cell.config,
                 cell_id=layout.CACHED_CELL_ID.format(depth=cell.depth),
                 label=f"{cell.config} depth {cell.depth} cached",
-                result=files.raw,
-                provenance=files.provenance,
-                failure=files.failure,
+                result=cell.files.raw,
+                provenance=cell.files.provenance,
+                failure=cell.files.failure,
                 # a context-load request before each measured one
                 expected_requests=benchy.runs * benchy.concurrency * 2,
                 timing_keys=(("cached", cell.config, cell.depth), ("cached", cell.depth), ("cached",)),
             )
         )
     requests = grid.natural.requests if grid.natural else 0
-    for natural in grid.natural_cells():
-        files = layout.natural_cell_files(natural.config, natural.prompt_class, natural.concurrency)
+    for natural in natural_plan(grid).cells:
         cells.append(
             PlannedCell(
                 kind="natural",
@@ -100,9 +99,9 @@ def planned_cells(grid: Grid) -> list[PlannedCell]:
                     prompt_class=natural.prompt_class, concurrency=natural.concurrency
                 ),
                 label=f"{natural.config} {natural.prompt_class} c={natural.concurrency}",
-                result=files.raw,
-                provenance=files.provenance,
-                failure=files.failure,
+                result=natural.files.raw,
+                provenance=natural.files.provenance,
+                failure=natural.files.failure,
                 expected_requests=requests,
                 timing_keys=(
                     ("natural", natural.config, natural.concurrency),
