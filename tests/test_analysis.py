@@ -51,6 +51,8 @@ def frame(rows):
                 "config_label": config,
                 "engine": engine,
                 "engine_label": engine,
+                "engine_kind": "vllm",
+                "engine_runtime": "docker",
                 "checkpoint": checkpoint,
                 "quantization": checkpoint.upper(),
                 "speculation": method,

@@ -50,8 +50,8 @@ def trace_names(fig) -> list[str]:
 
 def test_records_carry_the_measures_and_provenance_of_each_measured_cell(seed002):
     assert len(seed002.depth) == 126 - 1
-    cell = next(c for c in seed002.depth if (c.facets.config, c.depth) == ("Q_nvfp4_dfl8", 65536))
-    assert (cell.decode_tps.mean, cell.facets.engine, cell.facets.checkpoint) == (5.7, "aeon", "nvfp4")
+    cell = next(c for c in seed002.depth if (c.config.config, c.depth) == ("Q_nvfp4_dfl8", 65536))
+    assert (cell.decode_tps.mean, cell.config.engine, cell.config.checkpoint) == (5.7, "aeon", "nvfp4")
     assert cell.provenance.engine_version == "0.23.0+aeon.sm121a.dflash"
     assert cell.provenance.image.split("@")[1].startswith("sha256:")
     assert cell.provenance.started_at.startswith("2026-07-09T12:00")

@@ -1,11 +1,11 @@
-"""The grid: seed 002 expressed exactly, filters, cells and skipped cells, fingerprints."""
+"""The grid: seed 002 expressed exactly, filters, fingerprints (its cells: test_plan.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from conftest import REPO, load_yaml
-from gridbench.aggregate import dataset
+from gridbench.aggregate.records import ConfigIdentity
 from gridbench.errors import ConfigError
 from gridbench.grid import Grid
 from gridbench.loading import load_grid, load_grid_files
@@ -59,27 +59,6 @@ def test_seed_002_grid_is_expressed_exactly():
     assert [p.rsplit("/", 1)[1] for p in patches] == ["qwen3_dflash.py", "llm_base_proposer.py"]
 
 
-def test_cells_and_filters():
-    cells, skipped = seed_grid().cells()
-    assert len(cells) == 126 and not skipped
-    assert len(seed_grid(engine="aeon").cells()[0]) == 70
-    assert {c.config for c in seed_grid(checkpoint="nvfp4").cells()[0]} == {
-        "Q_nvfp4_stock_n0",
-        "Q_nvfp4_eugr_n0",
-        "Q_nvfp4_aeon_n0",
-        "Q_nvfp4_dfl8",
-    }
-    assert len(seed_grid(config="Q_bf16_dfl1,Q_bf16_dfl8").cells()[0]) == 28
-    assert len(seed_grid(speculation="dfl8").cells()[0]) == 28
-
-
-def test_cells_longer_than_max_model_len_are_skipped_with_the_reason():
-    cells, skipped = seed_grid(serving={"max_model_len": 20000}).cells()
-    assert len(cells) == 9 * 10
-    assert {s.depth for s in skipped} == {24576, 32768, 49152, 65536}
-    assert "exceeds max_model_len 20000" in skipped[0].reason
-
-
 def test_unknown_filter_value_names_the_allowed_ones():
     with pytest.raises(
         ConfigError, match=r"engine=aoen: unknown engine aoen; allowed values: stock, eugr, aeon"
@@ -87,12 +66,9 @@ def test_unknown_filter_value_names_the_allowed_ones():
         seed_grid(engine="aoen")
 
 
-def test_the_prefix_cache_pass_has_a_cell_per_depth_with_context_and_its_engine_caches():
+def test_a_config_of_the_prefix_cache_pass_gets_an_engine_that_caches():
     grid = load_grid(load_yaml(REPO / "config/demo.yaml"), "demo.yaml")
     assert grid.prefix_cache_pass == ("D_q8_0_n0",)
-    assert [(c.config, c.depth) for c in grid.prefix_cache_cells()] == [
-        ("D_q8_0_n0", d) for d in (256, 512, 1024)
-    ]
     cold = grid.configs["D_q8_0_n0"]
     cached = cold.with_prefix_cache()
     assert not cold.serving.prefix_caching and cached.serving.prefix_caching
@@ -117,5 +93,5 @@ def test_checkpoint_weights_default_to_its_name_and_leave_the_fingerprint_alone(
     shared = load_grid(config, "demo.yaml")
     assert plain.configs["D_q8_0_n0"].checkpoint.weights == "q8_0"
     assert {c.checkpoint.weights for c in shared.configs.values()} == {"demo"}
-    assert dataset.config_meta(shared.configs["D_q8_0_n0"]).weights == "demo"
+    assert ConfigIdentity.from_config(shared.configs["D_q8_0_n0"]).weights == "demo"
     assert shared.configs["D_q8_0_n0"].fingerprint() == plain.configs["D_q8_0_n0"].fingerprint()

@@ -18,17 +18,23 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from gridbench.aggregate.records import (
+    ConfigIdentity,
+    Row,
+    Scalar,
+    integer,
+    missing,
+    number,
+    optional_float,
+    optional_int,
+    optional_str,
+)
 from gridbench.grid import StudyInfo
 
 WIN, LOSS, TIE = "win", "loss", "tie"
 SUMMARY_DECODE_DEPTHS = (0, 4096, 16384, 32768)
 SUMMARY_TTFT_DEPTHS = (16384, 32768)
 GROUPED_DEPTHS = (0, 8192, 16384, 32768)
-
-# A dataset row (column -> value) for code that is generic over a column name; a missing value
-# may be None, NaN or pd.NA, which ``missing`` tells apart from a value.
-Scalar = str | int | float | bool | None
-Row = Mapping[str, Scalar]
 
 
 @dataclass(frozen=True)
@@ -61,10 +67,6 @@ class Measure:
         return Measure(value, abs(value) * rel)
 
 
-def missing(value: object) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
-
-
 def measured(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["status"] == "ok"]
 
@@ -84,32 +86,6 @@ def rows(frame: pd.DataFrame) -> list[Row]:
     """The frame's rows, each as column -> value."""
     records: list[Row] = frame.to_dict("records")
     return records
-
-
-def optional_str(value: Scalar) -> str | None:
-    return None if value is None or missing(value) else str(value)
-
-
-def optional_float(value: Scalar) -> float | None:
-    return None if value is None or missing(value) else float(value)
-
-
-def optional_int(value: Scalar) -> int | None:
-    return None if value is None or missing(value) else int(value)
-
-
-def integer(value: Scalar) -> int:
-    """A value every row has (a depth, a concurrency level) as an int."""
-    if value is None:
-        raise TypeError("a dataset row lacks a value it always has")
-    return int(value)
-
-
-def number(value: Scalar) -> float:
-    """A value the row is known to have (its frame dropped the rows without) as a float."""
-    if value is None:
-        raise TypeError("a dataset row lacks a value it always has")
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -155,49 +131,9 @@ def cell_index(frame: pd.DataFrame) -> dict[tuple[str, int], CellMeasures]:
     return {(cell.config, cell.depth): cell for cell in map(CellMeasures.of, rows(frame))}
 
 
-@dataclass(frozen=True)
-class ConfigIdentity:
-    """What a config is and serves, the same on each of its rows (depth or natural)."""
-
-    config: str
-    label: str
-    engine: str
-    engine_label: str
-    checkpoint: str
-    quantization: str
-    weights: str | None  # the checkpoint's declared weights
-    speculation: str
-    speculation_label: str
-    speculation_method: str
-    num_speculative_tokens: int | None
-    active_weight_gb: float | None
-
-    @classmethod
-    def of(cls, row: Row) -> ConfigIdentity:
-        return cls(
-            config=str(row["config"]),
-            label=str(row["config_label"]),
-            engine=str(row["engine"]),
-            engine_label=str(row["engine_label"]),
-            checkpoint=str(row["checkpoint"]),
-            quantization=str(row["quantization"]),
-            weights=optional_str(row.get("weights")),
-            speculation=str(row["speculation"]),
-            speculation_label=str(row["speculation_label"]),
-            speculation_method=str(row["speculation_method"]),
-            num_speculative_tokens=optional_int(row.get("num_speculative_tokens")),
-            active_weight_gb=optional_float(row.get("active_weight_gb")),
-        )
-
-    @property
-    def model(self) -> str:
-        """The model its checkpoint holds: the declared weights, else the checkpoint itself."""
-        return self.checkpoint if self.weights is None else self.weights
-
-
 def config_identities(frame: pd.DataFrame) -> list[ConfigIdentity]:
     """Each config of the frame once, in config order."""
-    return [ConfigIdentity.of(row) for row in rows(frame.drop_duplicates("config"))]
+    return [ConfigIdentity.from_row(row) for row in rows(frame.drop_duplicates("config"))]
 
 
 def measure_at(cells: CellIndex, config: str, depth: int, column: str) -> Measure | None:

@@ -21,8 +21,9 @@ from typing import Any
 import pandas as pd
 
 from gridbench.aggregate.records import (
-    Acceptance,
+    AcceptanceColumns,
     CellFailure,
+    ConfigIdentity,
     Failure,
     MeasuredCell,
     PlannedCell,
@@ -34,31 +35,10 @@ from gridbench.aggregate.records import (
 )
 from gridbench.errors import ResultFileError
 from gridbench.files import atomic_write_bytes, atomic_write_text
-from gridbench.grid import ServingConfig
 from gridbench.harness.benchy import CACHED_REQUIRED_METRICS, REQUIRED_METRICS, entries_at
 from gridbench.plan import DepthCellPlan, DepthPlan
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ConfigIdentity:
-    """Which config a row measures: its engine, checkpoint and speculation."""
-
-    config: str
-    config_label: str
-    engine: str
-    engine_label: str
-    engine_kind: str
-    engine_runtime: str
-    checkpoint: str
-    quantization: str
-    weights: str
-    active_weight_gb: float | None
-    speculation: str
-    speculation_label: str
-    speculation_method: str
-    num_speculative_tokens: int | None
 
 
 @dataclass(frozen=True)
@@ -133,7 +113,7 @@ class DepthRow:
     status: Status
     measures: Measures
     cached: Cached | None = None
-    acceptance: Acceptance | None = None
+    acceptance: AcceptanceColumns | None = None
     provenance: Provenance | None = None
     failure: Failure | None = None
     files: Files | None = None
@@ -149,7 +129,7 @@ CACHED = column_names(Cached)
 # it expects (pp in the cached phase); the server counts the cached context too, so below
 # this depth/pp its cached prefill throughput counts the context's tokens as prefilled
 CACHED_PREFILL_MIN_DEPTH_RATIO = 0.2
-ACCEPTANCE = column_names(Acceptance)
+ACCEPTANCE = column_names(AcceptanceColumns)
 PROVENANCE = column_names(Provenance)
 FAILURE = column_names(Failure)
 FILES = column_names(Files)
@@ -180,26 +160,6 @@ FLOAT_COLUMNS = [
 BOOLEAN_COLUMNS = ["engine_reused", "prefix_cache_reset"]
 DATASET_VERSION = 4
 NOT_RUN = "no result: the cell did not run (or its result files were removed)"
-
-
-def config_meta(config: ServingConfig) -> ConfigIdentity:
-    spec = config.speculation
-    return ConfigIdentity(
-        config=config.name,
-        config_label=config.label,
-        engine=config.engine.name,
-        engine_label=config.engine.label,
-        engine_kind=config.engine.kind,
-        engine_runtime=config.engine.runtime,
-        checkpoint=config.checkpoint.name,
-        quantization=config.checkpoint.quantization,
-        weights=config.checkpoint.weights,
-        active_weight_gb=config.checkpoint.active_weight_gb,
-        speculation=spec.name,
-        speculation_label=spec.label,
-        speculation_method=spec.method,
-        num_speculative_tokens=spec.num_speculative_tokens if spec.enabled else None,
-    )
 
 
 @dataclass(frozen=True)
@@ -331,14 +291,14 @@ def rows_from_results(
     cached_cells = {cell.key: cell for cell in plan.cached_cells}
     rows = []
     for cell in plan.cells:
-        identity = config_meta(plan.configs[cell.config])
+        identity = ConfigIdentity.from_config(plan.configs[cell.config])
         result = results.get(cell.key)
         if result is not None:
             row = DepthRow(
                 identity,
                 Status("ok"),
                 measures(result.raw, cell.depth),
-                acceptance=result.provenance.acceptance or Acceptance(),
+                acceptance=result.provenance.acceptance or AcceptanceColumns(),
                 provenance=result.provenance.provenance,
                 files=Files(cell.files.raw, cell.files.provenance, log_path=cell.files.log),
             )
@@ -361,7 +321,7 @@ def rows_from_results(
     for skipped in plan.skipped:
         rows.append(
             DepthRow(
-                config_meta(plan.configs[skipped.config]),
+                ConfigIdentity.from_config(plan.configs[skipped.config]),
                 Status("skipped", skipped.reason),
                 Measures(skipped.depth),
             )

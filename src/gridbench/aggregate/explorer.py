@@ -22,12 +22,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from gridbench.aggregate import analysis
-from gridbench.aggregate.analysis import (
-    CellMeasures,
+from gridbench.aggregate.analysis import CellMeasures, Measure, Speedup
+from gridbench.aggregate.records import (
     ConfigIdentity,
-    Measure,
     Row,
-    Speedup,
     integer,
     optional_float,
     optional_int,
@@ -47,33 +45,20 @@ SYMBOLS = ("circle", "square", "diamond", "triangle-up", "triangle-down", "x", "
 FACETS = (("engine", "engine"), ("checkpoint", "checkpoint (quantization)"), ("speculation", "speculation"))
 
 
-@dataclass(frozen=True)
-class ConfigFacets:
-    """Who a trace belongs to, and what the filters match it on."""
-
-    config: str
-    label: str
-    engine: str
-    engine_label: str
-    checkpoint: str
-    quantization: str
-    speculation: str
-    speculation_label: str
-    speculative: bool
-
-    def choices(self) -> dict[str, tuple[str, str]]:
-        """facet -> (value the filter matches, its label)"""
-        return {
-            "engine": (self.engine, self.engine_label),
-            "checkpoint": (self.checkpoint, f"{self.checkpoint} ({self.quantization})"),
-            # engines name the same method differently, and labels may repeat across them
-            "speculation": (self.speculation, f"{self.speculation}: {self.speculation_label}"),
-        }
+def _choices(config: ConfigIdentity) -> dict[str, tuple[str, str]]:
+    """What the filters match a config's traces on: facet -> (value, its label)"""
+    return {
+        "engine": (config.engine, config.engine_label),
+        "checkpoint": (config.checkpoint, f"{config.checkpoint} ({config.quantization})"),
+        # engines name the same method differently, and labels may repeat across them
+        "speculation": (config.speculation, f"{config.speculation}: {config.speculation_label}"),
+    }
 
 
 @dataclass(frozen=True)
-class Provenance:
-    """Where a measured cell came from."""
+class HoverProvenance:
+    """Where a measured cell came from, as its hover shows it: a few of the dataset's
+    provenance columns (the image's digest in place of its tag where known) and its raw file."""
 
     engine_version: str | None
     image: str | None  # the image's digest, else its tag; None for an engine run as a process
@@ -88,21 +73,22 @@ class Provenance:
 class DepthCell:
     """One measured llama-benchy cell."""
 
-    facets: ConfigFacets
+    config: ConfigIdentity
     depth: int
     decode_tps: Measure | None
     ttft_ms: Measure | None
     prefill_tps: Measure | None
     runs: int | None
     acceptance_rate: float | None
-    provenance: Provenance
+    provenance: HoverProvenance
 
 
 @dataclass(frozen=True)
-class Acceptance:
-    """A speculative config's per-position acceptance over its measured cells."""
+class PositionAcceptance:
+    """A speculative config's per-position acceptance over all its measured cells (the
+    dataset's AcceptanceColumns hold one cell's)."""
 
-    facets: ConfigFacets
+    config: ConfigIdentity
     per_position: tuple[float, ...]
     cells: int
 
@@ -111,7 +97,7 @@ class Acceptance:
 class NaturalCell:
     """One measured natural-prompt cell."""
 
-    facets: ConfigFacets
+    config: ConfigIdentity
     prompt_class: str
     concurrency: int
     output_tok_s: float | None
@@ -120,38 +106,24 @@ class NaturalCell:
     tpot_ms_p50: float | None
     tpot_ms_p95: float | None
     requests_ok: str
-    provenance: Provenance
+    provenance: HoverProvenance
 
 
 @dataclass(frozen=True)
 class ExplorerData:
     title: str
-    configs: tuple[ConfigFacets, ...]  # every config of the study, in config order
+    configs: tuple[ConfigIdentity, ...]  # every config of the study, in config order
     depth: tuple[DepthCell, ...]
     speedups: tuple[Speedup, ...]
-    acceptance: tuple[Acceptance, ...]
+    acceptance: tuple[PositionAcceptance, ...]
     natural: tuple[NaturalCell, ...]
 
 
 # --- frames to records -------------------------------------------------------------------
 
 
-def _facets(config: ConfigIdentity) -> ConfigFacets:
-    return ConfigFacets(
-        config=config.config,
-        label=config.label,
-        engine=config.engine,
-        engine_label=config.engine_label,
-        checkpoint=config.checkpoint,
-        quantization=config.quantization,
-        speculation=config.speculation,
-        speculation_label=config.speculation_label,
-        speculative=config.speculation_method != "none",
-    )
-
-
-def _provenance(row: Row) -> Provenance:
-    return Provenance(
+def _provenance(row: Row) -> HoverProvenance:
+    return HoverProvenance(
         engine_version=optional_str(row.get("engine_version")),
         image=optional_str(row.get("image_digest")) or optional_str(row.get("image")),
         serve_command=optional_str(row.get("serve_command")),
@@ -166,10 +138,10 @@ def _rows(frame: pd.DataFrame | None) -> list[Row]:
     return [] if frame is None else analysis.rows(frame)
 
 
-def _depth_cell(row: Row, configs: Mapping[str, ConfigFacets]) -> DepthCell:
+def _depth_cell(row: Row, configs: Mapping[str, ConfigIdentity]) -> DepthCell:
     cell = CellMeasures.of(row)
     return DepthCell(
-        facets=configs[cell.config],
+        config=configs[cell.config],
         depth=cell.depth,
         decode_tps=cell.measure("decode_tps"),
         ttft_ms=cell.measure("ttft_ms"),
@@ -184,18 +156,17 @@ def explorer_data(
     depth: pd.DataFrame, natural: pd.DataFrame | None, study: StudyInfo, title: str
 ) -> ExplorerData:
     """The explorer's records from the dataset frames (``study``: the grid's, for baselines)."""
-    identities = [ConfigIdentity.of(r) for r in [*_rows(depth), *_rows(natural)]]
-    configs = {c.config: _facets(c) for c in identities}
+    configs = {c.config: c for c in map(ConfigIdentity.from_row, [*_rows(depth), *_rows(natural)])}
     depth_cells = tuple(_depth_cell(r, configs) for r in _rows(analysis.measured(depth)))
     measured_cells = analysis.measured(depth)["config"].value_counts()
     acceptance = tuple(
-        Acceptance(configs[config], tuple(rates), int(measured_cells.get(config, 0)))
+        PositionAcceptance(configs[config], tuple(rates), int(measured_cells.get(config, 0)))
         for config, rates in analysis.acceptance_by_position(depth).items()
         if rates
     )
     natural_cells = tuple(
         NaturalCell(
-            facets=configs[str(r["config"])],
+            config=configs[str(r["config"])],
             prompt_class=str(r["prompt_class"]),
             concurrency=integer(r["concurrency"]),
             output_tok_s=optional_float(r.get("output_tok_s")),
@@ -248,7 +219,7 @@ def _measure(measure: Measure | None, unit: str) -> str:
     return f"{measure.mean:,.1f} ± {measure.std:,.1f} {unit}"
 
 
-def _provenance_lines(prov: Provenance) -> list[str]:
+def _provenance_lines(prov: HoverProvenance) -> list[str]:
     command = prov.serve_command or "—"
     # a hover label does not wrap by itself
     chunks = [command[i : i + 100] for i in range(0, len(command), 100)]
@@ -263,8 +234,8 @@ def _provenance_lines(prov: Provenance) -> list[str]:
     ]
 
 
-def _hover(facets: ConfigFacets, lines: Sequence[str], prov: Provenance | None = None) -> str:
-    text = [f"{facets.config}: {facets.label}", *lines]
+def _hover(config: ConfigIdentity, lines: Sequence[str], prov: HoverProvenance | None = None) -> str:
+    text = [f"{config.config}: {config.config_label}", *lines]
     if prov is not None:
         text += _provenance_lines(prov)
     return "<br>".join(html.escape(line, quote=False) for line in text)
@@ -280,7 +251,7 @@ def _depth_hover(cell: DepthCell) -> str:
     ]
     if cell.acceptance_rate is not None:
         lines.append(f"acceptance rate: {cell.acceptance_rate:.3f}")
-    return _hover(cell.facets, lines, cell.provenance)
+    return _hover(cell.config, lines, cell.provenance)
 
 
 def _natural_hover(cell: NaturalCell) -> str:
@@ -294,18 +265,18 @@ def _natural_hover(cell: NaturalCell) -> str:
         f"TPOT p50 / p95: {ms(cell.tpot_ms_p50)} / {ms(cell.tpot_ms_p95)}",
         f"requests ok: {cell.requests_ok}",
     ]
-    return _hover(cell.facets, lines, cell.provenance)
+    return _hover(cell.config, lines, cell.provenance)
 
 
 class Styler:
     """One colour per config, in config order; speculative configs dashed."""
 
-    def __init__(self, configs: Sequence[ConfigFacets]):
-        self.colors = {f.config: COLORS[i % len(COLORS)] for i, f in enumerate(configs)}
+    def __init__(self, configs: Sequence[ConfigIdentity]):
+        self.colors = {c.config: COLORS[i % len(COLORS)] for i, c in enumerate(configs)}
 
     def trace(
         self,
-        facets: ConfigFacets,
+        config: ConfigIdentity,
         x: Sequence[str] | Sequence[float],
         y: Sequence[float | None],
         hover: Sequence[str],
@@ -315,14 +286,17 @@ class Styler:
         return go.Scatter(
             x=list(x),
             y=list(y),
-            name=name or facets.config,
-            legendgroup=facets.config,
+            name=name or config.config,
+            legendgroup=config.config,
             mode="lines+markers",
-            line={"color": self.colors[facets.config], "dash": "dash" if facets.speculative else "solid"},
+            line={
+                "color": self.colors[config.config],
+                "dash": "solid" if config.speculation_method == "none" else "dash",
+            },
             marker={"symbol": symbol, "size": 7},
             hovertext=list(hover),
             hovertemplate="%{hovertext}<extra></extra>",
-            meta={key: value for key, (value, _) in facets.choices().items()},
+            meta={key: value for key, (value, _) in _choices(config).items()},
         )
 
 
@@ -382,12 +356,12 @@ def depth_figure(
         Axis(ytitle, scale="log" if log else "linear"),
         "no measured llama-benchy cell",
     )
-    for facets in data.configs:
-        measured = [(c, m) for c in data.depth if c.facets == facets and (m := metric(c)) is not None]
+    for config in data.configs:
+        measured = [(c, m) for c in data.depth if c.config == config and (m := metric(c)) is not None]
         if measured:
             fig.add_trace(
                 styler.trace(
-                    facets,
+                    config,
                     [analysis.short_depth(c.depth) for c, _ in measured],
                     [m.mean for _, m in measured],
                     [_depth_hover(c) for c, _ in measured],
@@ -404,10 +378,10 @@ def speedup_figure(data: ExplorerData, styler: Styler) -> go.Figure:
         Axis("decode tok/s ÷ baseline's", scale="log"),
         "no config with a measured baseline",
     )
-    facets = {f.config: f for f in data.configs}
-    cells = {(c.facets.config, c.depth): c for c in data.depth}
+    configs = {c.config: c for c in data.configs}
+    cells = {(c.config.config, c.depth): c for c in data.depth}
     for speedup in data.speedups:
-        mine = facets[speedup.config]
+        mine = configs[speedup.config]
         hover = [
             _hover(
                 mine,
@@ -444,10 +418,10 @@ def acceptance_figure(data: ExplorerData, styler: Styler) -> go.Figure:
     for series in data.acceptance:
         positions = range(1, len(series.per_position) + 1)
         hover = [
-            _hover(series.facets, [f"position {i}: {rate:.3f} accepted per draft", f"cells: {series.cells}"])
+            _hover(series.config, [f"position {i}: {rate:.3f} accepted per draft", f"cells: {series.cells}"])
             for i, rate in zip(positions, series.per_position, strict=True)
         ]
-        fig.add_trace(styler.trace(series.facets, positions, series.per_position, hover))
+        fig.add_trace(styler.trace(series.config, positions, series.per_position, hover))
     return _finish(fig)
 
 
@@ -466,16 +440,16 @@ def natural_figure(
         "no measured natural-prompt cell",
     )
     classes = list(dict.fromkeys(c.prompt_class for c in data.natural))
-    for facets in data.configs:
+    for config in data.configs:
         # a config's prompt classes share its colour; the marker tells them apart
         for prompt_class, symbol in zip(classes, itertools.cycle(SYMBOLS)):
-            mine = [c for c in data.natural if c.facets == facets and c.prompt_class == prompt_class]
+            mine = [c for c in data.natural if c.config == config and c.prompt_class == prompt_class]
             cells = sorted((c for c in mine if metric(c) is not None), key=lambda c: c.concurrency)
             if cells:
-                name = facets.config if len(classes) == 1 else f"{facets.config} · {prompt_class}"
+                name = config.config if len(classes) == 1 else f"{config.config} · {prompt_class}"
                 fig.add_trace(
                     styler.trace(
-                        facets,
+                        config,
                         [c.concurrency for c in cells],
                         [metric(c) for c in cells],
                         [_natural_hover(c) for c in cells],
@@ -559,10 +533,10 @@ label { display: block; font-size: 0.9em; }
 """
 
 
-def _filters(configs: Sequence[ConfigFacets]) -> str:
+def _filters(configs: Sequence[ConfigIdentity]) -> str:
     groups = []
     for facet, heading in FACETS:
-        options = dict(f.choices()[facet] for f in configs)
+        options = dict(_choices(c)[facet] for c in configs)
         boxes = "".join(
             f'<label><input type="checkbox" data-facet="{facet}" value="{html.escape(value)}" checked> '
             f"{html.escape(label)}</label>"

@@ -16,9 +16,10 @@ import pandas as pd
 
 from gridbench.aggregate import dataset
 from gridbench.aggregate.records import (
-    Acceptance,
+    AcceptanceColumns,
     CellFailure,
     CellReadings,
+    ConfigIdentity,
     Failure,
     MeasuredCell,
     Provenance,
@@ -91,12 +92,12 @@ class Settings:
 class NaturalRow:
     """One row of the natural-prompt dataset; a column group that does not apply is None."""
 
-    config: dataset.ConfigIdentity
+    config: ConfigIdentity
     coordinates: Coordinates
     status: dataset.Status
     summary: Summary | None = None
     settings: Settings | None = None
-    acceptance: Acceptance | None = None
+    acceptance: AcceptanceColumns | None = None
     provenance: Provenance | None = None
     failure: Failure | None = None
     files: dataset.Files | None = None
@@ -127,7 +128,7 @@ FLOATS = [
 ]
 
 
-def measured_row(identity: dataset.ConfigIdentity, cell: NaturalCellPlan, result: MeasuredCell) -> NaturalRow:
+def measured_row(identity: ConfigIdentity, cell: NaturalCellPlan, result: MeasuredCell) -> NaturalRow:
     raw = result.raw
     settings = raw.get("settings") or {}
     spec = raw.get("spec_decode")
@@ -138,7 +139,8 @@ def measured_row(identity: dataset.ConfigIdentity, cell: NaturalCellPlan, result
         Summary.from_json(raw["summary"]),
         Settings(settings.get("max_tokens"), settings.get("temperature")),
         # the raw file carries the harness's own acceptance window; provenance the engine's
-        acceptance=(Acceptance.from_json(spec) if spec else result.provenance.acceptance) or Acceptance(),
+        acceptance=(AcceptanceColumns.from_json(spec) if spec else result.provenance.acceptance)
+        or AcceptanceColumns(),
         provenance=result.provenance.provenance,
         files=dataset.Files(cell.files.raw, cell.files.provenance, log_path=cell.files.log),
     )
@@ -163,7 +165,7 @@ def rows_from_results(
 ) -> list[NaturalRow]:
     rows = []
     for cell in plan.cells:
-        identity = dataset.config_meta(plan.configs[cell.config])
+        identity = ConfigIdentity.from_config(plan.configs[cell.config])
         result = results.get(cell.key)
         if result is not None:
             rows.append(measured_row(identity, cell, result))

@@ -1,8 +1,10 @@
 """What a planned cell left, read once at the edge: its result document with a typed
 provenance record, or why it has none (its failure record, or what was wrong with its files).
 
-The provenance, acceptance and failure records are also the datasets' column groups: their
-fields name the columns, in the datasets' order.
+The config identity, provenance, acceptance and failure records are also the column groups
+both datasets share: their fields name the columns, in the datasets' order. The analyses read
+a config's identity back from a frame's row (``ConfigIdentity.from_row``), with the helpers
+below for a row's values.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import contextlib
 import gc
 import json
 import logging
+import math
 import shlex
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -18,10 +21,48 @@ from pathlib import Path
 from types import NoneType
 from typing import Any, Protocol, TypeVar, get_args, get_type_hints
 
+import pandas as pd
+
 from gridbench.errors import ResultFileError
+from gridbench.grid import ServingConfig
 from gridbench.layout import CellFiles
 
 log = logging.getLogger(__name__)
+
+# A dataset row (column -> value) for code that is generic over a column name; a missing value
+# may be None, NaN or pd.NA, which ``missing`` tells apart from a value.
+Scalar = str | int | float | bool | None
+Row = Mapping[str, Scalar]
+
+
+def missing(value: object) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def optional_str(value: Scalar) -> str | None:
+    return None if value is None or missing(value) else str(value)
+
+
+def optional_float(value: Scalar) -> float | None:
+    return None if value is None or missing(value) else float(value)
+
+
+def optional_int(value: Scalar) -> int | None:
+    return None if value is None or missing(value) else int(value)
+
+
+def integer(value: Scalar) -> int:
+    """A value every row has (a depth, a concurrency level) as an int."""
+    if value is None:
+        raise TypeError("a dataset row lacks a value it always has")
+    return int(value)
+
+
+def number(value: Scalar) -> float:
+    """A value the row is known to have (its frame dropped the rows without) as a float."""
+    if value is None:
+        raise TypeError("a dataset row lacks a value it always has")
+    return float(value)
 
 
 def column_names(group: type[Any]) -> list[str]:
@@ -53,8 +94,75 @@ def row_record(row: object) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Acceptance:
-    """Speculative decoding's acceptance over a cell's window (spec_metrics.acceptance)."""
+class ConfigIdentity:
+    """Which config a row measures, the same on each of its rows (depth or natural): what the
+    config is and serves."""
+
+    config: str
+    config_label: str
+    engine: str
+    engine_label: str
+    engine_kind: str
+    engine_runtime: str
+    checkpoint: str
+    quantization: str
+    weights: str | None  # the checkpoint's declared weights
+    active_weight_gb: float | None
+    speculation: str
+    speculation_label: str
+    speculation_method: str
+    num_speculative_tokens: int | None
+
+    @classmethod
+    def from_config(cls, config: ServingConfig) -> ConfigIdentity:
+        spec = config.speculation
+        return cls(
+            config=config.name,
+            config_label=config.label,
+            engine=config.engine.name,
+            engine_label=config.engine.label,
+            engine_kind=config.engine.kind,
+            engine_runtime=config.engine.runtime,
+            checkpoint=config.checkpoint.name,
+            quantization=config.checkpoint.quantization,
+            weights=config.checkpoint.weights,
+            active_weight_gb=config.checkpoint.active_weight_gb,
+            speculation=spec.name,
+            speculation_label=spec.label,
+            speculation_method=spec.method,
+            num_speculative_tokens=spec.num_speculative_tokens if spec.enabled else None,
+        )
+
+    @classmethod
+    def from_row(cls, row: Row) -> ConfigIdentity:
+        return cls(
+            config=str(row["config"]),
+            config_label=str(row["config_label"]),
+            engine=str(row["engine"]),
+            engine_label=str(row["engine_label"]),
+            engine_kind=str(row["engine_kind"]),
+            engine_runtime=str(row["engine_runtime"]),
+            checkpoint=str(row["checkpoint"]),
+            quantization=str(row["quantization"]),
+            weights=optional_str(row.get("weights")),
+            active_weight_gb=optional_float(row.get("active_weight_gb")),
+            speculation=str(row["speculation"]),
+            speculation_label=str(row["speculation_label"]),
+            speculation_method=str(row["speculation_method"]),
+            num_speculative_tokens=optional_int(row.get("num_speculative_tokens")),
+        )
+
+    @property
+    def model(self) -> str:
+        """The model its checkpoint holds: the declared weights, else the checkpoint itself."""
+        return self.checkpoint if self.weights is None else self.weights
+
+
+@dataclass(frozen=True)
+class AcceptanceColumns:
+    """Speculative decoding's acceptance over a cell's window as the datasets' columns. Kept
+    apart from spec_metrics.Acceptance, the record a cell writes: the columns rename its
+    counters, hold the per-position rates as JSON text, and read files that lack keys."""
 
     acceptance_rate: float | None = None
     mean_acceptance_length: float | None = None
@@ -64,7 +172,7 @@ class Acceptance:
     spec_accepted_tokens: float | None = None
 
     @classmethod
-    def from_json(cls, spec: Mapping[str, Any]) -> Acceptance:
+    def from_json(cls, spec: Mapping[str, Any]) -> AcceptanceColumns:
         per_pos = spec.get("acceptance_per_position")
         return cls(
             acceptance_rate=spec.get("acceptance_rate"),
@@ -107,7 +215,7 @@ class ProvenanceRecord:
     when the record has none)."""
 
     provenance: Provenance
-    acceptance: Acceptance | None
+    acceptance: AcceptanceColumns | None
 
     @classmethod
     def from_json(cls, document: Mapping[str, Any]) -> ProvenanceRecord:
@@ -138,7 +246,7 @@ class ProvenanceRecord:
             finished_at=document.get("finished_at"),
             bench_wall_s=bench.get("wall_s"),
         )
-        return cls(provenance, Acceptance.from_json(spec) if spec else None)
+        return cls(provenance, AcceptanceColumns.from_json(spec) if spec else None)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@ checks and the tables quote a measurement the same way."""
 
 from __future__ import annotations
 
-from gridbench.aggregate.analysis import Measure, Scalar, missing
+from gridbench.aggregate.analysis import Measure
+from gridbench.aggregate.records import Scalar, missing
 
 DASH = "—"
 

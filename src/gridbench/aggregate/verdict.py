@@ -16,6 +16,7 @@ import pandas as pd
 
 from gridbench.aggregate import analysis
 from gridbench.aggregate.analysis import LOSS, TIE, WIN, Pattern, Speedup
+from gridbench.aggregate.records import ConfigIdentity, missing
 from gridbench.aggregate.text import and_list, num, pct, pm, ratio_text, span
 from gridbench.grid import StudyInfo
 
@@ -24,46 +25,24 @@ MARKS = {WIN: "faster", LOSS: "slower", TIE: "tie"}
 NAMED = 4
 
 
-@dataclass(frozen=True)
-class ConfigMeta:
-    """What the verdict says of a config besides its name."""
-
-    engine: str
-    engine_label: str
-    quantization: str
-    speculation_method: str
-    speculation_label: str
-    draft_length: int | None
-
-    @property
-    def speculation_family(self) -> str:
-        """The speculation label without its draft length ("DFlash n=8" -> "DFlash"), so that
-        draft lengths of one method share a line."""
-        if self.draft_length is None:
-            return self.speculation_label
-        return re.sub(rf"\s+\w+\s*=\s*{self.draft_length}$", "", self.speculation_label)
-
-    @property
-    def pair_label(self) -> str:
-        """How a config reads in an engine pair: its engine and quantization, and its
-        speculation when it speculates (e.g. "vLLM BF16 + ngram n=8")."""
-        label = f"{self.engine_label} {self.quantization}"
-        return label if self.speculation_method == "none" else f"{label} + {self.speculation_label}"
+def speculation_family(config: ConfigIdentity) -> str:
+    """The speculation label without its draft length ("DFlash n=8" -> "DFlash"), so that
+    draft lengths of one method share a line."""
+    draft_length = config.num_speculative_tokens
+    if draft_length is None:
+        return config.speculation_label
+    return re.sub(rf"\s+\w+\s*=\s*{draft_length}$", "", config.speculation_label)
 
 
-def config_meta(dataset: pd.DataFrame) -> dict[str, ConfigMeta]:
-    result = {}
-    for row in dataset.drop_duplicates("config").itertuples():
-        draft = row.num_speculative_tokens
-        result[row.config] = ConfigMeta(
-            str(row.engine),
-            str(row.engine_label),
-            str(row.quantization),
-            str(row.speculation_method),
-            str(row.speculation_label),
-            None if analysis.missing(draft) else int(draft),
-        )
-    return result
+def pair_label(config: ConfigIdentity) -> str:
+    """How a config reads in an engine pair: its engine and quantization, and its
+    speculation when it speculates (e.g. "vLLM BF16 + ngram n=8")."""
+    label = f"{config.engine_label} {config.quantization}"
+    return label if config.speculation_method == "none" else f"{label} + {config.speculation_label}"
+
+
+def configs_by_name(dataset: pd.DataFrame) -> dict[str, ConfigIdentity]:
+    return {config.config: config for config in analysis.config_identities(dataset)}
 
 
 @dataclass(frozen=True)
@@ -80,7 +59,7 @@ def verdict_lines(
     if analysis.measured(dataset).empty:
         lines = ["No depth cell was measured: there is nothing to compare."]
     else:
-        meta = config_meta(dataset)
+        meta = configs_by_name(dataset)
         ranked = (
             speculation_findings(dataset, study, meta)
             + engine_findings(dataset, meta)
@@ -161,11 +140,11 @@ def _grouped(items: Sequence[Speedup], key: Callable[[Speedup], Hashable]) -> di
 
 
 def speculation_findings(
-    dataset: pd.DataFrame, study: StudyInfo, meta: Mapping[str, ConfigMeta]
+    dataset: pd.DataFrame, study: StudyInfo, meta: Mapping[str, ConfigIdentity]
 ) -> list[Finding]:
     """One line per speculation method and conclusion, its draft lengths and configs merged."""
     series = [s for s in analysis.speedups(dataset, study) if s.points]
-    groups = _grouped(series, lambda s: (meta[s.config].speculation_family, analysis.pattern(s)))
+    groups = _grouped(series, lambda s: (speculation_family(meta[s.config]), analysis.pattern(s)))
     findings = []
     for (family, p), members in groups.items():
         configs = [s.config for s in members]
@@ -216,7 +195,7 @@ def _flipped(s: Speedup) -> Speedup:
     return Speedup(s.baseline, s.config, points)
 
 
-def engine_findings(dataset: pd.DataFrame, meta: Mapping[str, ConfigMeta]) -> list[Finding]:
+def engine_findings(dataset: pd.DataFrame, meta: Mapping[str, ConfigIdentity]) -> list[Finding]:
     """One line per pair of engines, read from the engine that wins more of the depths; the
     pairs that tie at every depth share one line."""
     comparisons = [c for c in analysis.engine_comparisons(dataset) if c.points]
@@ -254,7 +233,7 @@ def engine_findings(dataset: pd.DataFrame, meta: Mapping[str, ConfigMeta]) -> li
         )
     if ties:
         tied = [
-            f"{meta[c.config].pair_label} and {meta[c.baseline].pair_label} "
+            f"{pair_label(meta[c.config])} and {pair_label(meta[c.baseline])} "
             f"({span(c.points[0].depth, c.points[-1].depth)})"
             for c in ties
         ]
@@ -269,7 +248,7 @@ def engine_findings(dataset: pd.DataFrame, meta: Mapping[str, ConfigMeta]) -> li
     return findings
 
 
-def _engine_pair(a: ConfigMeta, b: ConfigMeta) -> str:
+def _engine_pair(a: ConfigIdentity, b: ConfigIdentity) -> str:
     same = a.quantization == b.quantization
     text = a.quantization if same else f"{a.quantization} over {b.quantization}"
     return text if a.speculation_method == "none" else f"{text} + {a.speculation_label}"
@@ -278,7 +257,7 @@ def _engine_pair(a: ConfigMeta, b: ConfigMeta) -> str:
 # --- quantization -----------------------------------------------------------------------
 
 
-def quantization_findings(dataset: pd.DataFrame, meta: Mapping[str, ConfigMeta]) -> list[Finding]:
+def quantization_findings(dataset: pd.DataFrame, meta: Mapping[str, ConfigIdentity]) -> list[Finding]:
     """Every quantization over its reference precision, one line."""
     comparisons = [c for c in analysis.quantization_comparisons(dataset) if c.points]
     if not comparisons:
@@ -298,7 +277,7 @@ def quantization_findings(dataset: pd.DataFrame, meta: Mapping[str, ConfigMeta])
         shares = sorted(
             float(weights[c.config]) / float(weights[c.baseline])
             for c in members
-            if not analysis.missing(weights[c.config]) and not analysis.missing(weights[c.baseline])
+            if not missing(weights[c.config]) and not missing(weights[c.baseline])
         )
         if shares:
             share = (
@@ -356,7 +335,9 @@ def depth_findings(dataset: pd.DataFrame) -> list[Finding]:
 # --- roofline ---------------------------------------------------------------------------
 
 
-def roofline_findings(dataset: pd.DataFrame, study: StudyInfo, meta: Mapping[str, ConfigMeta]) -> list[str]:
+def roofline_findings(
+    dataset: pd.DataFrame, study: StudyInfo, meta: Mapping[str, ConfigIdentity]
+) -> list[str]:
     bandwidth = study.hardware.memory_bandwidth_gb_s
     lines = analysis.rooflines(dataset, bandwidth)
     parts = []

@@ -9,6 +9,7 @@ import pandas as pd
 from gridbench import layout
 from gridbench.aggregate import analysis
 from gridbench.aggregate.analysis import Measure
+from gridbench.aggregate.records import missing
 from gridbench.aggregate.report.markdown import code, table
 from gridbench.aggregate.text import DASH, pct, pm
 
@@ -76,7 +77,7 @@ def full_data(dataset: pd.DataFrame) -> str:
                 pm(Measure.of(row["decode_tps"], row["decode_tps_std"])),
                 pm(Measure.of(row["peak_tps"], row["peak_tps_std"])),
                 pm(Measure.of(row["ttft_ms"], row["ttft_ms_std"])),
-                pct(row["acceptance_rate"]) if not analysis.missing(row["acceptance_rate"]) else DASH,
+                pct(row["acceptance_rate"]) if not missing(row["acceptance_rate"]) else DASH,
             )
         )
     return table(

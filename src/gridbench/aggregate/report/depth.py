@@ -9,14 +9,15 @@ import pandas as pd
 
 from gridbench.aggregate import analysis
 from gridbench.aggregate.analysis import LOSS, WIN, Measure
+from gridbench.aggregate.records import missing
 from gridbench.aggregate.report.markdown import code, depth_list, table
 from gridbench.aggregate.text import DASH, num, pct, pm, ratio_text, span
-from gridbench.aggregate.verdict import MARKS, config_meta, runs_text
+from gridbench.aggregate.verdict import MARKS, configs_by_name, pair_label, runs_text
 from gridbench.grid import StudyInfo
 
 
 def engine_pair_labels(dataset: pd.DataFrame) -> dict[str, str]:
-    return {config: meta.pair_label for config, meta in config_meta(dataset).items()}
+    return {name: pair_label(config) for name, config in configs_by_name(dataset).items()}
 
 
 def _oriented(c: analysis.Speedup) -> tuple[str, str, list[analysis.SpeedupPoint]]:
@@ -335,7 +336,7 @@ def cached_section(dataset: pd.DataFrame) -> str:
                     row["context_tokens"],
                     cold,
                     cached,
-                    DASH if analysis.missing(speedup) else f"{speedup:.2f}×",
+                    DASH if missing(speedup) else f"{speedup:.2f}×",
                 )
             )
         blocks.append(

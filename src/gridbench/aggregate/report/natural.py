@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from gridbench.aggregate import analysis
+from gridbench.aggregate.records import missing
 from gridbench.aggregate.report.markdown import code, table
 from gridbench.aggregate.text import DASH, num, pct
 from gridbench.aggregate.verdict import (
@@ -26,7 +27,7 @@ def natural_section(natural: pd.DataFrame | None) -> str:
             if row["status"] != "ok":
                 rows.append((row["prompt_class"], row["concurrency"], row["status"], *[DASH] * 9))
                 continue
-            acceptance = pct(row["acceptance_rate"]) if not analysis.missing(row["acceptance_rate"]) else DASH
+            acceptance = pct(row["acceptance_rate"]) if not missing(row["acceptance_rate"]) else DASH
             rows.append(
                 (
                     row["prompt_class"],
