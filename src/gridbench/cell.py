@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import gridbench
 from gridbench import layout, provenance
@@ -39,7 +39,7 @@ from gridbench.errors import (
     EngineError,
     GridbenchError,
 )
-from gridbench.files import atomic_write_bytes, atomic_write_json, atomic_write_text
+from gridbench.files import JsonObject, atomic_write_bytes, atomic_write_json, atomic_write_text
 from gridbench.grid import BenchySettings, Grid, ServingConfig
 from gridbench.harness import benchy
 from gridbench.harness.prompts import AUTO_PROCESSES, NaturalSettings, resolve_prompts
@@ -69,7 +69,7 @@ class BenchyInvocation:
     wall_s: float
     discarded_attempts: tuple[str, ...]  # why each earlier attempt was measured again
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "argv": list(self.argv),
             "started_at": self.started_at,
@@ -91,7 +91,7 @@ class NaturalInvocation:
     harness_processes: int
     warmup: tuple[WarmupOutcome, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "url": self.url,
             "model": self.model,
@@ -265,7 +265,7 @@ def write_context(grid: Grid, config: str, slots: list[str], kind: str) -> Path:
     """What one config's cells of one kind share, in a file named by its content: a cell's
     params (the path) change exactly when what it measures changes. Natural contexts carry
     the prompt strings themselves, so an edited prompt file reruns its cells."""
-    context: dict[str, Any] = {"config": grid.config_dict(config), "slots": slots}
+    context: JsonObject = {"config": grid.config_dict(config), "slots": slots}
     if kind == "benchy":
         context["benchy"] = asdict(grid.benchy)
     elif grid.natural is None:
@@ -334,7 +334,7 @@ class EngineRecord:
     startup_s: float | None
     reused: bool
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "kind": self.kind,
             "runtime": self.runtime,

@@ -8,6 +8,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+# A JSON object as a file, an HTTP body or a config section holds it: free-form until a typed
+# record reads it (its from_json) or once a record has written it (its to_json). Elsewhere,
+# signatures take typed records (tests/test_typed_signatures.py keeps it so).
+JsonObject = dict[str, Any]
+
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 

@@ -10,9 +10,10 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from gridbench.errors import ConfigError
+from gridbench.files import JsonObject
 from gridbench.harness.prompts import NaturalSettings
 
 # `--config engine=a,b` and its kin: the name a filter matches on
@@ -77,7 +78,7 @@ class Speculation:
     label: str
     draft_model: str | None
     num_speculative_tokens: int | None
-    extra: dict[str, Any]
+    extra: JsonObject
     cli_form: str
     extra_args: tuple[str, ...]
     files: tuple[str, ...]
@@ -108,7 +109,7 @@ class BenchySettings:
     latency_mode: str
     warmup: bool
     skip_coherence: bool
-    extra_body: dict[str, Any]
+    extra_body: JsonObject
     corpus: str
     timeout_s: float
     transport_retries: int
@@ -127,7 +128,7 @@ class ServingConfig:
     extra_args: tuple[str, ...]
     env: dict[str, str]
     volumes: tuple[Volume, ...]
-    bench_extra_body: dict[str, Any]
+    bench_extra_body: JsonObject
 
     @property
     def serve_args(self) -> tuple[str, ...]:
@@ -145,7 +146,7 @@ class ServingConfig:
     def files(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(self.engine.files + self.checkpoint.files + self.speculation.files))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)
 
     def with_prefix_cache(self) -> ServingConfig:
@@ -166,7 +167,7 @@ class ServingConfig:
         return hashlib.sha256(encoded).hexdigest()[:16]
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ServingConfig:
+    def from_dict(cls, data: JsonObject) -> ServingConfig:
         """The inverse of to_dict: a cell's context holds its config as that JSON."""
         return cls(
             name=data["name"],
@@ -185,9 +186,9 @@ class ServingConfig:
 _Part = TypeVar("_Part", Engine, Checkpoint, Speculation)
 
 
-def _part_from_dict(part: type[_Part], data: Mapping[str, Any]) -> _Part:
+def _part_from_dict(part: type[_Part], data: JsonObject) -> _Part:
     """An Engine, Checkpoint or Speculation from its to_dict JSON, where tuples became lists."""
-    values: dict[str, Any] = {
+    values: JsonObject = {
         key: tuple(value) if isinstance(value, list) else value for key, value in data.items()
     }
     return part(**{**values, "volumes": tuple(Volume(**v) for v in data["volumes"])})
@@ -217,7 +218,7 @@ class StudyInfo:
     capacity: CapacityTargets = CapacityTargets()
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> StudyInfo:
+    def from_dict(cls, data: JsonObject) -> StudyInfo:
         return cls(
             title=data.get("title"),
             description=data.get("description"),
@@ -243,10 +244,10 @@ class Grid:
     prefix_cache_pass: tuple[str, ...] = ()
     filters: dict[FilterKey, tuple[str, ...]] = field(default_factory=dict)
     # the validated config with its defaults filled: what the workflow writes as its grid file
-    document: dict[str, Any] = field(default_factory=dict, repr=False)
-    _dicts: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    document: JsonObject = field(default_factory=dict, repr=False)
+    _dicts: dict[str, JsonObject] = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    def config_dict(self, name: str) -> dict[str, Any]:
+    def config_dict(self, name: str) -> JsonObject:
         """``configs[name].to_dict()``, computed once: the workflow asks for it per cell."""
         if name not in self._dicts:
             self._dicts[name] = self.configs[name].to_dict()

@@ -17,14 +17,15 @@ from typing import Any
 import yaml
 
 from gridbench.errors import ConfigError
+from gridbench.files import JsonObject
 from gridbench.grid import Grid
 from gridbench.resolve import resolve_grid
 
 
 @cache
-def schema() -> dict[str, Any]:
+def schema() -> JsonObject:
     text = resources.files("gridbench").joinpath("data/config.schema.yaml").read_text()
-    loaded: dict[str, Any] = yaml.safe_load(text)
+    loaded: JsonObject = yaml.safe_load(text)
     return loaded
 
 
@@ -37,9 +38,7 @@ def _validator_class() -> Any:  # a jsonschema validator class, made at run time
     validator_class = jsonschema.Draft202012Validator
     validate_properties = validator_class.VALIDATORS["properties"]
 
-    def set_defaults(
-        validator: Any, properties: dict[str, Any], instance: Any, schema_: Any
-    ) -> Iterator[Any]:
+    def set_defaults(validator: Any, properties: JsonObject, instance: Any, schema_: Any) -> Iterator[Any]:
         if isinstance(instance, dict):
             for name, subschema in properties.items():
                 if "default" in subschema and name not in instance:
@@ -74,7 +73,7 @@ def _explain(error: Any) -> str:
     return str(error.message)
 
 
-def _validate(document: dict[str, Any], source: str) -> None:
+def _validate(document: JsonObject, source: str) -> None:
     """Check against the schema, filling its defaults into ``document`` in place."""
     errors = sorted(_validator_class()(schema()).iter_errors(document), key=lambda e: list(e.absolute_path))
     if errors:
@@ -85,7 +84,7 @@ def _validate(document: dict[str, Any], source: str) -> None:
         )
 
 
-def load_grid(config: Mapping[str, Any], source: str, files: Iterable[Path] = ()) -> Grid:
+def load_grid(config: JsonObject, source: str, files: Iterable[Path] = ()) -> Grid:
     """The one way from a config to a Grid, for the rules and the CLI alike: the config is
     validated against the schema (the only home of its defaults, filled into a copy), its
     references and per-kind rules checked. ``files`` are the YAML files it was merged from,
@@ -132,7 +131,7 @@ class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no t
         return mapping
 
 
-def read_config_file(path: Path) -> dict[str, Any]:
+def read_config_file(path: Path) -> JsonObject:
     """One config file, strictly parsed: syntax errors and duplicate keys name the file."""
     try:
         data = yaml.load(path.read_text(), Loader=_StrictLoader) or {}
@@ -147,20 +146,20 @@ def read_config_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_grid_files(paths: Iterable[str | Path], overrides: Mapping[str, Any] | None = None) -> Grid:
+def load_grid_files(paths: Iterable[str | Path], overrides: JsonObject | None = None) -> Grid:
     """Config files merged as Snakemake merges them (later files win, then ``--config``)."""
     files = [Path(p) for p in paths]
-    merged: dict[str, Any] = {}
+    merged: JsonObject = {}
     for path in files:
         _merge(merged, read_config_file(path))
     if overrides:
-        _merge(merged, dict(overrides))
+        _merge(merged, overrides)
     return load_grid(merged, " + ".join(map(str, files)) or "config")
 
 
-def _merge(into: dict[str, Any], update: Mapping[str, Any]) -> None:
+def _merge(into: JsonObject, update: JsonObject) -> None:
     for key, value in update.items():
         if isinstance(value, Mapping) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
+            _merge(into[key], dict(value))
         else:
             into[key] = copy.deepcopy(value)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gridbench import layout
+from gridbench.files import JsonObject
 from gridbench.grid import Grid
 from gridbench.plan import depth_plan, natural_plan
 
@@ -318,7 +319,7 @@ def natural_requests(text: str, expected: int) -> RequestProgress:
     )
 
 
-def _json_lines(text: str) -> list[dict[str, Any]]:
+def _json_lines(text: str) -> list[JsonObject]:
     records = []
     for line in text.splitlines():
         try:
@@ -425,7 +426,7 @@ def _parse_time(text: str | None) -> datetime | None:
         return None
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def _read_json(path: Path) -> JsonObject | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):

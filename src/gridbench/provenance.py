@@ -11,9 +11,9 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
-from typing import Any
 
 import gridbench
+from gridbench.files import JsonObject
 
 SCHEMA = "gridbench.provenance.v1"
 # a variable name with one of these words in it holds a secret (HF_TOKEN, VLLM_API_KEY, ...)
@@ -25,7 +25,7 @@ def redact_env(env: dict[str, str]) -> dict[str, str]:
     return {k: (REDACTED if SECRET_NAME.search(k) else v) for k, v in env.items()}
 
 
-def redact_config(data: dict[str, Any]) -> dict[str, Any]:
+def redact_config(data: JsonObject) -> JsonObject:
     """A config dict (ServingConfig.to_dict) with secret-looking env values redacted."""
     out = dict(data)
     out["env"] = redact_env(data.get("env", {}))
@@ -108,9 +108,9 @@ class HostInfo:
     gpus: GpuInfo
     slurm_job_id: str | None  # the cluster job that measured the cell, when one did
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The provenance record's ``host``: the GPU's keys among the host's, the job's when there is one."""
-        record: dict[str, Any] = {
+        record: JsonObject = {
             "hostname": self.hostname,
             "platform": self.platform,
             "machine": self.machine,

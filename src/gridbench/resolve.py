@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from gridbench.engines.kinds import engine_kind
 from gridbench.errors import ConfigError
+from gridbench.files import JsonObject
 from gridbench.grid import (
     BenchySettings,
     Checkpoint,
@@ -39,13 +39,13 @@ FILTER_KEYS: dict[FilterKey, str] = {
 }
 
 
-def resolve_grid(document: dict[str, Any], source: str) -> Grid:
+def resolve_grid(document: JsonObject, source: str) -> Grid:
     """The Grid of a schema-validated config (defaults filled in), which it keeps as its
     ``document``; a ConfigError names the key of any broken reference or rule."""
     engines = {n: _engine(n, e) for n, e in document["engines"].items()}
     checkpoints = {n: _checkpoint(n, c) for n, c in document["checkpoints"].items()}
     speculations = {n: _speculation(n, s) for n, s in document["speculations"].items()}
-    declared: dict[FilterKey, Mapping[str, object]] = {
+    declared: dict[FilterKey, Mapping[str, Engine | Checkpoint | Speculation]] = {
         "engine": engines,
         "checkpoint": checkpoints,
         "speculation": speculations,
@@ -182,7 +182,7 @@ def _volume_paths(volumes: Iterable[Volume]) -> list[str]:
     return [path for v in volumes for path in (v.host, v.container)]
 
 
-def _engine(name: str, e: Mapping[str, Any]) -> Engine:
+def _engine(name: str, e: JsonObject) -> Engine:
     volumes = tuple(Volume(**v) for v in e["volumes"])
     _check_no_literal_secrets(f"engines.{name}", e["env"])
     _check_no_secrets_in_arguments(
@@ -228,7 +228,7 @@ def _engine(name: str, e: Mapping[str, Any]) -> Engine:
     )
 
 
-def _checkpoint(name: str, c: Mapping[str, Any]) -> Checkpoint:
+def _checkpoint(name: str, c: JsonObject) -> Checkpoint:
     volumes = tuple(Volume(**v) for v in c["volumes"])
     _check_no_secrets_in_arguments(f"checkpoints.{name}", [c["model"], *_volume_paths(volumes)])
     return Checkpoint(
@@ -246,7 +246,7 @@ def _checkpoint(name: str, c: Mapping[str, Any]) -> Checkpoint:
     )
 
 
-def _speculation(name: str, s: Mapping[str, Any]) -> Speculation:
+def _speculation(name: str, s: JsonObject) -> Speculation:
     volumes = tuple(Volume(**v) for v in s["volumes"])
     _check_no_secrets_in_arguments(
         f"speculations.{name}",

@@ -9,9 +9,9 @@ over engines and models.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from gridbench.engines.kinds import KINDS
+from gridbench.files import JsonObject
 
 PREFIXES = tuple(kind.spec_metrics_prefix for kind in KINDS.values())
 _FIELDS = {
@@ -79,7 +79,7 @@ class Acceptance:
     acceptance_per_position: tuple[float, ...] | None
     window: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``spec_decode`` record of a provenance and a natural result file."""
         per_position = self.acceptance_per_position
         return {

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -34,9 +34,12 @@ from gridbench.aggregate.records import (
     row_record,
 )
 from gridbench.errors import ResultFileError
-from gridbench.files import atomic_write_bytes, atomic_write_text
+from gridbench.files import JsonObject, atomic_write_bytes, atomic_write_text
 from gridbench.harness.benchy import CACHED_REQUIRED_METRICS, REQUIRED_METRICS, entries_at
 from gridbench.plan import DepthCellPlan, DepthPlan
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +174,7 @@ class Metric:
     runs: int | None = None
 
 
-def _metric(entry: Mapping[str, Any], name: str) -> Metric:
+def _metric(entry: JsonObject, name: str) -> Metric:
     value = entry.get(name)
     if not isinstance(value, Mapping):
         return Metric()
@@ -179,9 +182,7 @@ def _metric(entry: Mapping[str, Any], name: str) -> Metric:
     return Metric(value.get("mean"), value.get("std"), len(values) if isinstance(values, list) else None)
 
 
-def benchy_entry(
-    raw: Mapping[str, Any], depth: int, required: Sequence[str] = REQUIRED_METRICS
-) -> Mapping[str, Any]:
+def benchy_entry(raw: JsonObject, depth: int, required: Sequence[str] = REQUIRED_METRICS) -> JsonObject:
     """llama-benchy's measured entry for ``depth`` (not the prefix-cache context phase)."""
     if not isinstance(raw, Mapping) or not isinstance(raw.get("benchmarks"), list):
         raise ResultFileError("not a llama-benchy result (no 'benchmarks' list)")
@@ -191,11 +192,11 @@ def benchy_entry(
     nulls = [m for m in required if (entries[0].get(m) or {}).get("mean") is None]
     if nulls:
         raise ResultFileError(f"llama-benchy measured no {', '.join(nulls)} (null)")
-    entry: Mapping[str, Any] = entries[0]
+    entry: JsonObject = entries[0]
     return entry
 
 
-def measures(raw: Mapping[str, Any], depth: int) -> Measures:
+def measures(raw: JsonObject, depth: int) -> Measures:
     """The measure columns of one successful cell."""
     entry = benchy_entry(raw, depth)
     prefill, decode, peak = (_metric(entry, m) for m in ("pp_throughput", "tg_throughput", "peak_throughput"))
@@ -230,14 +231,14 @@ def measures(raw: Mapping[str, Any], depth: int) -> Measures:
     )
 
 
-def cached_entry(raw: Mapping[str, Any], depth: int) -> Mapping[str, Any]:
+def cached_entry(raw: JsonObject, depth: int) -> JsonObject:
     """The measured (second-phase) entry of a prefix-cache cell's llama-benchy result."""
     if isinstance(raw, Mapping) and raw.get("prefix_caching_enabled") is False:
         raise ResultFileError("a llama-benchy result without --enable-prefix-caching")
     return benchy_entry(raw, depth, CACHED_REQUIRED_METRICS)
 
 
-def cached_measures(raw: Mapping[str, Any], depth: int, cold_ttft_ms: float | None) -> Cached:
+def cached_measures(raw: JsonObject, depth: int, cold_ttft_ms: float | None) -> Cached:
     """The cached-context columns of a measured prefix-cache cell; a null metric is None."""
     entry = cached_entry(raw, depth)
     ttft = _metric(entry, "e2e_ttft")
@@ -330,7 +331,7 @@ def rows_from_results(
 
 
 def typed_frame(
-    rows: Iterable[object],
+    rows: Iterable[DataclassInstance],
     columns: Sequence[str],
     *,
     integers: Sequence[str],
@@ -361,20 +362,20 @@ def to_frame(rows: Sequence[DepthRow]) -> pd.DataFrame:
     return frame.drop(columns="_rank").reset_index(drop=True)
 
 
-def plain_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+def plain_records(frame: pd.DataFrame) -> list[JsonObject]:
     """The rows as plain Python values, None for every missing one (never NaN)."""
-    records: list[dict[str, Any]] = frame.astype(object).where(frame.notna(), None).to_dict("records")
+    records: list[JsonObject] = frame.astype(object).where(frame.notna(), None).to_dict("records")
     return records
 
 
-def to_json_document(frame: pd.DataFrame, versions: Mapping[str, str | None]) -> dict[str, Any]:
+def to_json_document(frame: pd.DataFrame, versions: Mapping[str, str | None]) -> JsonObject:
     """The seeds' {config: {meta, version, rows}} shape, with null for every missing value.
     ``partial`` says whether any of the config's cells failed."""
     row_columns = [c for c in COLUMNS if c not in CONFIG_META]
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[JsonObject]] = {}
     for record in plain_records(frame):
         groups.setdefault(record["config"], []).append(record)
-    document: dict[str, Any] = {}
+    document: JsonObject = {}
     for config, group in groups.items():
         rows = []
         for record in group:
@@ -394,7 +395,7 @@ def to_json_document(frame: pd.DataFrame, versions: Mapping[str, str | None]) ->
     return document
 
 
-def document_text(document: Mapping[str, Any]) -> str:
+def document_text(document: JsonObject) -> str:
     """The JSON document with one row per line: readable, and written by the C encoder
     (json's indent= falls back to the pure-Python one, several times slower)."""
 
@@ -411,7 +412,7 @@ def document_text(document: Mapping[str, Any]) -> str:
 
 def read_benchy_cells(
     cells: Sequence[DepthCellPlan],
-    entry: Callable[[Mapping[str, Any], int], Mapping[str, Any]] = benchy_entry,
+    entry: Callable[[JsonObject, int], JsonObject] = benchy_entry,
 ) -> tuple[dict[tuple[str, int], MeasuredCell], dict[tuple[str, int], CellFailure], dict[str, str | None]]:
     """The files of these planned cells: (results, failures, llama-benchy version per config).
     ``entry`` finds a result's measured entry, and raises ResultFileError when it has none."""

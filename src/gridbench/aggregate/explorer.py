@@ -31,7 +31,7 @@ from gridbench.aggregate.records import (
     optional_int,
     optional_str,
 )
-from gridbench.files import atomic_write_text
+from gridbench.files import JsonObject, atomic_write_text
 from gridbench.grid import StudyInfo
 
 # matplotlib's tab10, then tab20b's darker half: the PNG graphs' colours for the first ten
@@ -197,9 +197,9 @@ class Axis:
     dtick: int | None = None
     range: tuple[float, float] | None = None
 
-    def to_plotly(self) -> dict[str, object]:
+    def to_plotly(self) -> JsonObject:
         """The axis as plotly's layout takes it (the keys in this order: the page's bytes)."""
-        settings: dict[str, object] = {"title": self.title}
+        settings: JsonObject = {"title": self.title}
         if self.scale is not None:
             settings["type"] = self.scale
         if self.categories is not None:

@@ -28,6 +28,7 @@ from gridbench.aggregate.records import (
     row_columns,
 )
 from gridbench.errors import ResultFileError
+from gridbench.files import JsonObject
 from gridbench.plan import NaturalCellPlan, NaturalPlan
 
 SCHEMA = "gridbench.natural.v1"
@@ -76,7 +77,7 @@ class Summary:
     percentile_warnings: str | None = None  # "; "-joined
 
     @classmethod
-    def from_json(cls, summary: Mapping[str, Any]) -> Summary:
+    def from_json(cls, summary: JsonObject) -> Summary:
         warnings = summary.get("percentile_warnings") or []
         measured = {column: summary.get(column) for column in SUMMARY}
         return cls(**measured, percentile_warnings="; ".join(warnings) if warnings else None)

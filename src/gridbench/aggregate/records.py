@@ -19,13 +19,17 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import NoneType
-from typing import Any, Protocol, TypeVar, get_args, get_type_hints
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, get_args, get_type_hints
 
 import pandas as pd
 
 from gridbench.errors import ResultFileError
+from gridbench.files import JsonObject
 from gridbench.grid import ServingConfig
 from gridbench.layout import CellFiles
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +74,6 @@ def column_names(group: type[Any]) -> list[str]:
     return [f.name for f in fields(group)]
 
 
-def columns_of(group: object) -> dict[str, Any]:
-    """A column group's values by column (a shallow asdict: the values are plain)."""
-    return {f.name: getattr(group, f.name) for f in fields(group)}  # type: ignore[arg-type]
-
-
 def row_columns(row: type[Any]) -> list[str]:
     """A dataset's columns in order: those of each column group its row type holds."""
     hints = get_type_hints(row)
@@ -84,12 +83,13 @@ def row_columns(row: type[Any]) -> list[str]:
     return [name for group in groups for name in column_names(group)]
 
 
-def row_record(row: object) -> dict[str, Any]:
+def row_record(row: DataclassInstance) -> dict[str, Scalar]:
     """A row's columns by name, from its column groups (a group that is None: no columns)."""
-    record: dict[str, Any] = {}
-    for group in columns_of(row).values():
+    record: dict[str, Scalar] = {}
+    for part in fields(row):
+        group = getattr(row, part.name)
         if group is not None:
-            record.update(columns_of(group))
+            record.update((column.name, getattr(group, column.name)) for column in fields(group))
     return record
 
 
@@ -172,7 +172,7 @@ class AcceptanceColumns:
     spec_accepted_tokens: float | None = None
 
     @classmethod
-    def from_json(cls, spec: Mapping[str, Any]) -> AcceptanceColumns:
+    def from_json(cls, spec: JsonObject) -> AcceptanceColumns:
         per_pos = spec.get("acceptance_per_position")
         return cls(
             acceptance_rate=spec.get("acceptance_rate"),
@@ -218,7 +218,7 @@ class ProvenanceRecord:
     acceptance: AcceptanceColumns | None
 
     @classmethod
-    def from_json(cls, document: Mapping[str, Any]) -> ProvenanceRecord:
+    def from_json(cls, document: JsonObject) -> ProvenanceRecord:
         engine = document.get("engine") or {}
         host = document.get("host") or {}
         versions = document.get("versions") or {}
@@ -268,7 +268,7 @@ class CellFailure:
     recorded: bool = False
 
     @classmethod
-    def from_json(cls, document: Mapping[str, Any]) -> CellFailure:
+    def from_json(cls, document: JsonObject) -> CellFailure:
         details = Failure(document.get("error_type"), document.get("exit_code"), document.get("failed_at"))
         return cls(document.get("reason"), details, recorded=bool(document.get("cell")))
 
@@ -277,7 +277,7 @@ class CellFailure:
 class MeasuredCell:
     """A cell's result: the load generator's document (free-form JSON) and its provenance."""
 
-    raw: dict[str, Any]
+    raw: JsonObject
     provenance: ProvenanceRecord
 
 

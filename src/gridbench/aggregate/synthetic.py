@@ -5,12 +5,11 @@ benchmark. Nothing in a sweep uses them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from gridbench import provenance as provenance_module
-from gridbench.files import atomic_write_json
+from gridbench.files import JsonObject, atomic_write_json
 from gridbench.grid import ServingConfig
 from gridbench.plan import DepthCellPlan, NaturalCellPlan
 from gridbench.spec_metrics import SpecCounters, acceptance
@@ -28,7 +27,7 @@ BENCHY_METRICS = (
 )
 
 
-def _runs(mean: float, std: float, runs: int) -> dict[str, Any]:
+def _runs(mean: float, std: float, runs: int) -> JsonObject:
     """Run values with exactly this mean and population std (as llama-benchy reports)."""
     offsets = (
         [(-1) ** i for i in range(runs)] if runs % 2 == 0 else [0.0] + [(-1) ** i for i in range(runs - 1)]
@@ -47,7 +46,7 @@ def benchy_raw(
     tg: int = 256,
     runs: int = 2,
     version: str = "0.4.0",
-) -> dict[str, Any]:
+) -> JsonObject:
     """llama-benchy 0.4.0's --format json for one depth; (mean, std) per metric."""
     values = {
         "pp_throughput": prefill,
@@ -92,7 +91,7 @@ def cached_benchy_raw(
     pp: int = 512,
     tg: int = 256,
     runs: int = 2,
-) -> dict[str, Any]:
+) -> JsonObject:
     """llama-benchy's --enable-prefix-caching result for one depth: the context-load phase,
     then the measured phase; ``prefill`` None leaves pp_throughput null, as llama-benchy does
     when a cached answer came within its measured latency."""
@@ -112,7 +111,7 @@ def cached_benchy_raw(
     return raw
 
 
-def spec_decode(drafts: int, per_position: Sequence[float]) -> dict[str, Any]:
+def spec_decode(drafts: int, per_position: Sequence[float]) -> JsonObject:
     """What gridbench.spec_metrics.acceptance records for these per-position rates."""
     accepted = {i: round(rate * drafts) for i, rate in enumerate(per_position)}
     after = SpecCounters(
@@ -129,15 +128,15 @@ def provenance_record(
     cfg: ServingConfig,
     cell: str,
     *,
-    host: Mapping[str, Any],
-    engine: Mapping[str, Any],
+    host: JsonObject,
+    engine: JsonObject,
     load_generator: str = "llama-benchy",
     load_generator_version: str | None = "0.4.0",
-    spec: Mapping[str, Any] | None = None,
+    spec: JsonObject | None = None,
     started_at: str = "2026-07-09T12:00:00.000+00:00",
     finished_at: str = "2026-07-09T12:01:00.000+00:00",
     bench_wall_s: float | None = 55.0,
-) -> dict[str, Any]:
+) -> JsonObject:
     """A provenance record with the keys gridbench.cell.run_cell writes."""
     argv = [*cfg.engine.command, "--model", cfg.checkpoint.model, *cfg.serve_args]
     record = {
@@ -209,8 +208,8 @@ def natural_raw(
     wall_s: float,
     requests: int = 16,
     errored: int = 0,
-    spec: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    spec: JsonObject | None = None,
+) -> JsonObject:
     """The natural harness's JSON (schema gridbench.natural.v1); (p50, p95) latencies."""
     ttft_p50, ttft_p95 = ttft_ms
     tpot_p50, tpot_p95 = tpot_ms
@@ -245,7 +244,7 @@ def natural_raw(
         "e2e_ms": (e2e_p50, e2e_p95),
         "req_tok_s": (output_tokens / e2e_p95 * 1000, output_tokens / e2e_p50 * 1000),
     }
-    summary: dict[str, Any] = {
+    summary: JsonObject = {
         "requests": requests,
         "ok": requests - errored,
         "errored": errored,
@@ -289,7 +288,7 @@ def natural_raw(
 
 def failure_record(
     cell: DepthCellPlan | NaturalCellPlan, what: str, reason: str, *, prefix_cache: bool = False
-) -> dict[str, Any]:
+) -> JsonObject:
     """A failure record with the keys gridbench.cell writes under results/failures/."""
     depth = cell if isinstance(cell, DepthCellPlan) else None
     natural = cell if isinstance(cell, NaturalCellPlan) else None
@@ -312,8 +311,6 @@ def failure_record(
     }
 
 
-def write_cell(
-    cell: DepthCellPlan | NaturalCellPlan, raw: Mapping[str, Any], prov: Mapping[str, Any], root: Path
-) -> None:
+def write_cell(cell: DepthCellPlan | NaturalCellPlan, raw: JsonObject, prov: JsonObject, root: Path) -> None:
     atomic_write_json(root / cell.files.raw, raw)
     atomic_write_json(root / cell.files.provenance, prov)

@@ -36,7 +36,6 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -49,7 +48,7 @@ from gridbench.assets.gguf_model import (
 )
 from gridbench.assets.hf_model import LlamaShape, llama_config, tokenizer_files
 from gridbench.assets.safetensors_stream import StreamedTensor, write_safetensors
-from gridbench.files import atomic_write_text
+from gridbench.files import JsonObject, atomic_write_text
 
 # A dense ~3 B shape close to Llama-3.2-3B's (2.8 B layer parameters; 5.7 GB in BF16).
 QWEN3_3B = LlamaShape(
@@ -179,7 +178,7 @@ def dflash_tensors(
     return tensors
 
 
-def qwen3_config(shape: LlamaShape) -> dict[str, Any]:
+def qwen3_config(shape: LlamaShape) -> JsonObject:
     """config.json of the target: hf_model's Llama config (the vocabulary's special ids)
     retyped as a Qwen3 of the padded vocabulary, stored in BF16."""
     n_vocab, _mask = vocab_layout()
@@ -202,7 +201,7 @@ def qwen3_config(shape: LlamaShape) -> dict[str, Any]:
 
 def dflash_config(
     target_shape: LlamaShape, draft_layers: int = DRAFT_LAYERS, block_size: int = BLOCK_SIZE
-) -> dict[str, Any]:
+) -> JsonObject:
     """config.json of the draft, shaped as z-lab's Qwen3 DFlash drafts: a Qwen3 config of the
     draft's depth, ``DFlashDraftModel``, and ``dflash_config`` (mask token, tapped layers)."""
     _n_vocab, mask_token_id = vocab_layout()

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import gguf
 import numpy as np
@@ -29,7 +28,7 @@ from safetensors.numpy import save as save_safetensors
 
 from gridbench.assets.gguf_model import CHAT_TEMPLATE, vocab
 from gridbench.assets.tokenizer import build_tokenizer
-from gridbench.files import atomic_write_bytes, atomic_write_text
+from gridbench.files import JsonObject, atomic_write_bytes, atomic_write_text
 
 _WEIGHT_STD = 0.05
 _EMBED_STD = 1.0
@@ -109,7 +108,7 @@ def llama_weights(shape: LlamaShape, seed: int) -> dict[str, np.ndarray]:
     return tensors
 
 
-def llama_config(shape: LlamaShape) -> dict[str, Any]:
+def llama_config(shape: LlamaShape) -> JsonObject:
     ids, allowed = _token_ids()
     return {
         "architectures": ["LlamaForCausalLM"],

@@ -13,10 +13,8 @@ model needs a few hundred MB of memory.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -30,7 +28,7 @@ from gridbench.assets.gguf_model import (
 from gridbench.assets.hf_model import LlamaShape, llama_config, tokenizer_files
 from gridbench.assets.safetensors_stream import StreamedTensor, read_safetensors, write_safetensors
 from gridbench.errors import GridbenchError
-from gridbench.files import atomic_write_text
+from gridbench.files import JsonObject, atomic_write_text
 
 CHECKPOINT_FILE = "model.safetensors"
 # GGUF tensor name (after blk.N.) -> Hugging Face LlamaForCausalLM name (after model.layers.N.)
@@ -79,7 +77,7 @@ def to_hf_rotary(weight: np.ndarray, heads: int) -> np.ndarray:
     return weight.reshape(heads, half, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
-def hf_config(shape: ModelShape) -> dict[str, Any]:
+def hf_config(shape: ModelShape) -> JsonObject:
     """config.json of the checkpoint: the GGUF's shape, rope and vocabulary, stored in BF16."""
     llama_shape = LlamaShape(
         hidden=shape.n_embd,
@@ -93,7 +91,7 @@ def hf_config(shape: ModelShape) -> dict[str, Any]:
     return llama_config(llama_shape) | {"torch_dtype": "bfloat16", "rope_theta": ROPE_THETA}
 
 
-def shape_of(config: Mapping[str, Any]) -> ModelShape:
+def shape_of(config: JsonObject) -> ModelShape:
     return ModelShape(
         n_embd=config["hidden_size"],
         n_layer=config["num_hidden_layers"],

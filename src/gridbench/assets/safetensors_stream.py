@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gridbench.files import JsonObject
+
 # Makes a tensor's float32 values; called on a worker thread, once.
 Values = Callable[[], np.ndarray]
 
@@ -63,7 +65,7 @@ def write_safetensors(
     threads: int | None = None,
 ) -> Path:
     """Write ``tensors`` in order; the file appears under its name only once complete."""
-    header: dict[str, object] = {"__metadata__": dict(metadata or {"format": "pt"})}
+    header: JsonObject = {"__metadata__": dict(metadata or {"format": "pt"})}
     offset = 0
     for tensor in tensors:
         size = int(np.prod(tensor.shape)) * _ITEM_BYTES[tensor.dtype]

@@ -7,11 +7,10 @@ Pure functions; values are never joined into a shell string, so a value such as
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from gridbench.engines.kinds import engine_kind
+from gridbench.files import JsonObject
 from gridbench.grid import ServingConfig
 
 
@@ -31,7 +30,7 @@ class LaunchPlan:
     def shell_line(self) -> str:
         return shlex.join(self.argv)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "argv": list(self.argv),
             "host": self.host,
@@ -40,7 +39,7 @@ class LaunchPlan:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> LaunchPlan:
+    def from_json(cls, data: JsonObject) -> LaunchPlan:
         return cls(
             argv=tuple(data["argv"]),
             host=data["host"],

@@ -10,11 +10,11 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from gridbench.engines.kinds import engine_kind
 from gridbench.engines.runtime import ImageInfo, runtime_for
 from gridbench.errors import EngineStartError
+from gridbench.files import JsonObject
 from gridbench.grid import Grid, ServingConfig
 
 
@@ -27,7 +27,7 @@ class EngineCheck:
     image: ImageInfo
     configs: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The check's file (results/preflight/<engine>.json): the image's fields inline."""
         return {
             "engine": self.engine,

@@ -8,9 +8,9 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from gridbench.errors import EngineStartError, EngineTimeoutError
+from gridbench.files import JsonObject
 
 _POLL_S = 0.25
 
@@ -29,7 +29,7 @@ def http_get(url: str, timeout: float = 5.0, headers: Mapping[str, str] | None =
 
 def http_post(
     url: str,
-    body: Mapping[str, Any] | None = None,
+    body: JsonObject | None = None,
     timeout: float = 10.0,
     headers: Mapping[str, str] | None = None,
 ) -> tuple[int, str]:

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal, Protocol
 from gridbench.engines.allocation import cuda_visible_devices, process_start_time, sweep_owner
 from gridbench.engines.commands import LaunchPlan
 from gridbench.errors import EngineError, EngineStartError, ImageNotFoundError
+from gridbench.files import JsonObject
 from gridbench.grid import ServingConfig
 
 LABEL = "gridbench.workdir"  # containers are labelled with their owner: working directory (and cluster job)
@@ -39,7 +40,7 @@ class ProcessHandle:
     log_path: Path
     log_offset: int = 0  # where this engine's output begins in the (appended) engine log
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "runtime": self.runtime,
             "pid": self.pid,
@@ -59,7 +60,7 @@ class ContainerHandle:
     name: str
     log_path: Path
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "runtime": self.runtime,
             "container_id": self.container_id,
@@ -71,7 +72,7 @@ class ContainerHandle:
 RuntimeHandle = ProcessHandle | ContainerHandle
 
 
-def handle_from_json(data: Mapping[str, Any]) -> RuntimeHandle:
+def handle_from_json(data: JsonObject) -> RuntimeHandle:
     """The handle a slot file (or a watchdog spec) records, by its ``runtime`` key."""
     if data["runtime"] == "docker":
         return ContainerHandle(
@@ -95,8 +96,8 @@ class ImageInfo:
     image_digest: str | None
     command: tuple[str, ...] | None = None  # a process engine's command prefix; None for a container
 
-    def to_json(self) -> dict[str, Any]:
-        record: dict[str, Any] = {
+    def to_json(self) -> JsonObject:
+        record: JsonObject = {
             "image": self.image,
             "image_id": self.image_id,
             "image_digest": self.image_digest,
@@ -106,7 +107,7 @@ class ImageInfo:
         return record
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ImageInfo:
+    def from_json(cls, data: JsonObject) -> ImageInfo:
         command = data.get("command")
         return cls(
             image=data.get("image"),
@@ -300,7 +301,7 @@ class DockerRuntime:
             str(Path(v.host).resolve()): {"bind": v.container, "mode": "ro" if v.read_only else "rw"}
             for v in cfg.all_volumes
         }
-        kwargs: dict[str, Any] = {
+        kwargs: JsonObject = {
             "name": name,
             "detach": True,
             "labels": {LABEL: sweep_owner()},

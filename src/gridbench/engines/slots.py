@@ -19,15 +19,15 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from gridbench.engines.allocation import ProcessIdentity
 from gridbench.engines.commands import LaunchPlan
 from gridbench.engines.runtime import ImageInfo, RuntimeHandle, handle_from_json
-from gridbench.files import atomic_write_text
+from gridbench.files import JsonObject, atomic_write_text
 
 
 def slot_dir() -> Path:
@@ -45,7 +45,7 @@ class OwnedEngine:
     slots: tuple[str, ...]
     handle: RuntimeHandle
 
-    def owned_json(self) -> dict[str, Any]:
+    def owned_json(self) -> JsonObject:
         return {
             "owner": self.owner,
             "owner_process": self.owner_process,
@@ -56,7 +56,7 @@ class OwnedEngine:
         }
 
     @classmethod
-    def owned_from_json(cls, data: Mapping[str, Any]) -> OwnedEngine:
+    def owned_from_json(cls, data: JsonObject) -> OwnedEngine:
         return OwnedEngine(
             owner=data["owner"],
             owner_process=data.get("owner_process"),
@@ -78,7 +78,7 @@ class SlotState(OwnedEngine):
     image: ImageInfo
     watchdog: ProcessIdentity | None = None  # recorded once its watchdog runs
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         record = {
             **self.owned_json(),
             "plan": self.plan.to_json(),
@@ -92,7 +92,7 @@ class SlotState(OwnedEngine):
         return record
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], slot: str) -> SlotState:
+    def from_json(cls, data: JsonObject, slot: str) -> SlotState:
         """The record read from slot ``slot``'s file (which names no slots if it predates them)."""
         owned = OwnedEngine.owned_from_json({"slots": [slot], **data})
         return cls(
@@ -119,11 +119,11 @@ class SlotHolder:
     fingerprint: str
     owner: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"config": self.config, "fingerprint": self.fingerprint, "owner": self.owner}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SlotHolder:
+    def from_json(cls, data: JsonObject) -> SlotHolder:
         return cls(config=data["config"], fingerprint=data["fingerprint"], owner=data["owner"])
 
 
@@ -210,7 +210,7 @@ class SlotStore:
                     lock.close()
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def _read_json(path: Path) -> JsonObject | None:
     try:
         data = json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):

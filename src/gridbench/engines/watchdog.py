@@ -25,12 +25,12 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from gridbench.engines.allocation import process_gone
 from gridbench.engines.events import log_event
 from gridbench.engines.runtime import Runtime, runtime_of
 from gridbench.engines.slots import OwnedEngine, SlotStore
+from gridbench.files import JsonObject
 
 log = logging.getLogger("gridbench.watchdog")
 POLL_S = float(os.environ.get("GRIDBENCH_WATCHDOG_POLL_S", 1.0))
@@ -46,11 +46,11 @@ class WatchdogSpec:
     engine: OwnedEngine
     slot_dir: Path
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {**self.engine.owned_json(), "slot_dir": str(self.slot_dir)}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> WatchdogSpec:
+    def from_json(cls, data: JsonObject) -> WatchdogSpec:
         return cls(engine=OwnedEngine.owned_from_json(data), slot_dir=Path(data["slot_dir"]))
 
 

@@ -13,15 +13,15 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from gridbench import layout
 from gridbench.engines.kinds import engine_kind
 from gridbench.errors import BenchmarkError, ConfigError
-from gridbench.files import atomic_write_bytes
+from gridbench.files import JsonObject, atomic_write_bytes
 from gridbench.grid import BenchySettings, ServingConfig
 
 log = logging.getLogger(__name__)
@@ -258,7 +258,7 @@ class BurstError(RetryableError):
     generated (a loaded machine), though no request failed."""
 
 
-def entries_at(result: Mapping[str, Any], depth: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def entries_at(result: JsonObject, depth: int) -> tuple[list[JsonObject], list[JsonObject]]:
     """llama-benchy's entries for ``depth``: the measured ones, and the context-load phases
     that its --enable-prefix-caching mode runs before them."""
     at_depth = [b for b in result.get("benchmarks", []) if b.get("context_size") == depth]
@@ -267,14 +267,14 @@ def entries_at(result: Mapping[str, Any], depth: int) -> tuple[list[dict[str, An
 
 
 def check_result(
-    result: Mapping[str, Any],
+    result: JsonObject,
     ends: Sequence[RequestEnd],
     *,
     depth: int,
     settings: BenchySettings,
     what: str,
     prefix_cache: bool = False,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The measured benchmark entry of a run, after checking that it counts.
 
     It must cover the cell's depth, carry every required metric with one value per request,

@@ -30,7 +30,7 @@ import multiprocessing
 import os
 import queue
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from gridbench.files import JsonObject
 from gridbench.harness import stats
 from gridbench.harness.prompts import AUTO_PROCESSES, NaturalSettings
 from gridbench.harness.sse import SSEParser, parse_chunk, plain_delta_has_text
@@ -79,11 +80,11 @@ class LevelPlan:
     max_tokens: int
     temperature: float
     cache_bust: bool
-    extra_body: dict[str, Any]
+    extra_body: JsonObject
     request_timeout_s: float
     processes: int = 1  # harness processes the measured requests run across
 
-    def body(self, index: int, max_tokens: int | None = None) -> dict[str, Any]:
+    def body(self, index: int, max_tokens: int | None = None) -> JsonObject:
         """Request ``index`` (warm-ups come first, so no measured request repeats one)."""
         text = f"[bench-{index}] {self.prompt}" if self.cache_bust else self.prompt
         return {
@@ -106,9 +107,7 @@ def harness_processes(setting: int | str, concurrency: int, cpus: int | None) ->
     return max(1, min(int(setting), concurrency))
 
 
-def level_plan(
-    settings: NaturalSettings, prompt: str, concurrency: int, extra_body: Mapping[str, Any]
-) -> LevelPlan:
+def level_plan(settings: NaturalSettings, prompt: str, concurrency: int, extra_body: JsonObject) -> LevelPlan:
     return LevelPlan(
         prompt=prompt,
         concurrency=concurrency,
@@ -124,7 +123,7 @@ def level_plan(
 
 
 async def stream_request(
-    session: aiohttp.ClientSession, endpoint: Endpoint, index: int, body: dict[str, Any], timeout_s: float
+    session: aiohttp.ClientSession, endpoint: Endpoint, index: int, body: JsonObject, timeout_s: float
 ) -> RequestTrace:
     """One streamed request, timed chunk by chunk; failures become a trace, never an exception."""
     payload = {"model": endpoint.model, **body}
@@ -245,7 +244,7 @@ def progress_file(path: Path | None, phase: str, total: int) -> Iterator[Callabl
 
 async def run_requests(
     endpoint: Endpoint,
-    bodies: Sequence[tuple[int, dict[str, Any]]],
+    bodies: Sequence[tuple[int, JsonObject]],
     concurrency: int,
     timeout_s: float,
     on_finished: Callable[[RequestTrace], None] = lambda _trace: None,
@@ -255,7 +254,7 @@ async def run_requests(
     total = len(bodies)
     finished = 0
 
-    async def one(index: int, body: dict[str, Any]) -> RequestTrace:
+    async def one(index: int, body: JsonObject) -> RequestTrace:
         nonlocal finished
         async with gate:
             result = await stream_request(session, endpoint, index, body, timeout_s)
@@ -383,7 +382,7 @@ class LevelResult:
     summary: LevelSummary
     spec_decode: Acceptance | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The result file (schema gridbench.natural.v1)."""
         plan = self.plan
         return {

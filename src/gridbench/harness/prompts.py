@@ -4,15 +4,14 @@ importing aiohttp would cost a quarter second."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from gridbench.errors import ConfigError
+from gridbench.files import JsonObject
 
 AUTO_PROCESSES = "auto"  # natural.processes' default (the schema's)
 
@@ -29,13 +28,13 @@ class NaturalSettings:
     temperature: float
     warmup: int
     cache_bust: bool
-    extra_body: dict[str, Any]
+    extra_body: JsonObject
     max_error_rate: float
     request_timeout_s: float
     processes: int | str  # "auto" or a count (natural.harness_processes)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> NaturalSettings:
+    def from_dict(cls, data: JsonObject) -> NaturalSettings:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         known["prompt_classes"] = tuple(known["prompt_classes"])
         known["concurrency"] = tuple(known["concurrency"])

@@ -12,7 +12,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from statistics import fmean
-from typing import Any
+
+from gridbench.files import JsonObject
 
 OK, ERRORED, INCOMPLETE = "ok", "errored", "incomplete"
 PERCENTILES = (50, 95, 99)  # a Distribution's fields
@@ -56,7 +57,7 @@ class RequestRecord:
     itl_ms: tuple[float, ...] = ()
     finish_reason: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record as the result file's ``requests`` hold it."""
         return {**asdict(self), "itl_ms": list(self.itl_ms)}
 
@@ -171,7 +172,7 @@ class LevelSummary:
     req_tok_s: Distribution  # of the records' tokens_per_s
     percentile_warnings: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The result file's ``summary``: a metric's statistics as flat ``{metric}_{stat}`` keys."""
         return {
             "requests": self.requests,

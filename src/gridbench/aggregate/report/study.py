@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 import pandas as pd
 
 from gridbench.aggregate import analysis
 from gridbench.aggregate.report.markdown import code, depth_list, table
 from gridbench.aggregate.text import DASH
+from gridbench.files import JsonObject
 from gridbench.grid import Grid
 
 
-def _extra_body(body: Mapping[str, Any]) -> str:
+def _extra_body(body: JsonObject) -> str:
     return f", extra body `{json.dumps(body, sort_keys=True)}`" if body else ""
 
 

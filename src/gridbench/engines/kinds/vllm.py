@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gridbench.engines import probe
 from gridbench.engines.kinds.base import EngineKind
+from gridbench.files import JsonObject
 
 if TYPE_CHECKING:
     from gridbench.grid import ServingConfig
@@ -76,7 +77,7 @@ class VLLM(EngineKind):
                     args += ["--speculative-model", spec.draft_model]
                 args += ["--num-speculative-tokens", str(spec.num_speculative_tokens)]
             else:
-                speculative: dict[str, Any] = {"method": spec.method}
+                speculative: JsonObject = {"method": spec.method}
                 if spec.draft_model:
                     speculative["model"] = spec.draft_model
                 if spec.num_speculative_tokens is not None:
