@@ -12,6 +12,7 @@ from gridbench.aggregate import synthetic
 from gridbench.errors import BenchmarkError
 from gridbench.grid import BenchySettings
 from gridbench.harness.benchy import (
+    BenchyResult,
     BenchyRun,
     BurstError,
     RequestEnd,
@@ -53,29 +54,31 @@ def single_depth(result: dict, depth: int, prompt: int) -> dict:
 
 def test_a_complete_result_passes():
     result = single_depth(json.loads((FIXTURES / "basic_depth0_4096.json").read_text()), 4096, 512)
-    entry = check_result(result, [], depth=4096, settings=settings(runs=3), what="cell")
-    assert entry["tg_throughput"]["mean"] > 0
+    entry = check_result(
+        BenchyResult.from_json(result), [], depth=4096, settings=settings(runs=3), what="cell"
+    )
+    assert entry.tg_throughput.mean > 0
 
 
 def test_failed_requests_fail_the_cell_with_the_server_error():
     result = single_depth(json.loads((FIXTURES / "http500_every3rd.json").read_text()), 0, 256)
     progress = read_progress(FIXTURES / "http500_every3rd.progress.jsonl")
     with pytest.raises(BenchmarkError, match="requests failed, first: HTTP 500") as info:
-        check_result(result, progress, depth=0, settings=settings(), what="cell")
+        check_result(BenchyResult.from_json(result), progress, depth=0, settings=settings(), what="cell")
     assert not isinstance(info.value, TransportError)
 
 
 def test_missing_values_fail_even_without_progress_events():
     result = single_depth(json.loads((FIXTURES / "http500_every3rd.json").read_text()), 0, 256)
     with pytest.raises(BenchmarkError, match="ttfr has 1 values, expected 2"):
-        check_result(result, [], depth=0, settings=settings(), what="cell")
+        check_result(BenchyResult.from_json(result), [], depth=0, settings=settings(), what="cell")
 
 
 def test_null_metrics_fail_the_cell():
     result = single_depth(json.loads((FIXTURES / "basic_depth0_4096.json").read_text()), 0, 512)
     result["benchmarks"][0]["tg_throughput"] = None
     with pytest.raises(BenchmarkError, match="could not measure tg_throughput"):
-        check_result(result, [], depth=0, settings=settings(runs=3), what="cell")
+        check_result(BenchyResult.from_json(result), [], depth=0, settings=settings(runs=3), what="cell")
 
 
 def test_exact_tg_rejects_a_short_generation():
@@ -84,14 +87,22 @@ def test_exact_tg_rejects_a_short_generation():
     with pytest.raises(
         BenchmarkError, match="exact-tg asked for 64 tokens per request, got \\[10, 10, 10\\]"
     ):
-        check_result(result, progress, depth=0, settings=settings(runs=3, exact_tg=True), what="cell")
+        check_result(
+            BenchyResult.from_json(result),
+            progress,
+            depth=0,
+            settings=settings(runs=3, exact_tg=True),
+            what="cell",
+        )
 
 
 def test_connection_level_failures_are_transport_errors():
     result = single_depth(json.loads((FIXTURES / "basic_depth0_4096.json").read_text()), 0, 512)
     progress = [RequestEnd(error="Server disconnected", total_tokens=0)]
     with pytest.raises(TransportError):
-        check_result(result, progress, depth=0, settings=settings(runs=3), what="cell")
+        check_result(
+            BenchyResult.from_json(result), progress, depth=0, settings=settings(runs=3), what="cell"
+        )
 
 
 def test_an_answer_read_in_one_burst_is_worth_another_attempt():
@@ -103,19 +114,19 @@ def test_an_answer_read_in_one_burst_is_worth_another_attempt():
         result["benchmarks"][0][metric]["values"] = result["benchmarks"][0][metric]["values"][:2]
     ok = [RequestEnd(error="", total_tokens=64)] * 3
     with pytest.raises(BurstError, match=r"tg_req_throughput has 2 values, expected 3.*one burst"):
-        check_result(result, ok, depth=0, settings=settings(runs=3), what="cell")
+        check_result(BenchyResult.from_json(result), ok, depth=0, settings=settings(runs=3), what="cell")
     with pytest.raises(BenchmarkError, match="requests failed") as unknown:  # no sign every request ended
-        check_result(result, ok[:1], depth=0, settings=settings(runs=3), what="cell")
+        check_result(BenchyResult.from_json(result), ok[:1], depth=0, settings=settings(runs=3), what="cell")
     assert not isinstance(unknown.value, BurstError)
     result["benchmarks"][0]["tg_throughput"] = None  # every answer in one burst
     with pytest.raises(BurstError, match="could not measure tg_throughput"):
-        check_result(result, ok, depth=0, settings=settings(runs=3), what="cell")
+        check_result(BenchyResult.from_json(result), ok, depth=0, settings=settings(runs=3), what="cell")
 
 
 def test_the_cell_depth_must_be_in_the_result():
     result = json.loads((FIXTURES / "basic_depth0_4096.json").read_text())
     with pytest.raises(BenchmarkError, match="0 results for depth 8192"):
-        check_result(result, [], depth=8192, settings=settings(runs=3), what="cell")
+        check_result(BenchyResult.from_json(result), [], depth=8192, settings=settings(runs=3), what="cell")
 
 
 def test_a_failed_llama_benchy_says_why_in_the_reason(tmp_path, capfd):
@@ -146,7 +157,7 @@ def test_a_request_that_failed_is_the_reason_though_metrics_are_null_too():
     result["benchmarks"][0]["tg_throughput"] = None
     failed = [RequestEnd(error="HTTP 500: injected", total_tokens=0)]
     with pytest.raises(BenchmarkError, match="1 requests failed, first: HTTP 500: injected") as info:
-        check_result(result, failed, depth=0, settings=settings(runs=1), what="cell")
+        check_result(BenchyResult.from_json(result), failed, depth=0, settings=settings(runs=1), what="cell")
     assert not isinstance(info.value, TransportError)
 
 
@@ -170,12 +181,17 @@ def test_a_cached_result_needs_only_its_time_to_first_token():
     cached answer may arrive in one burst: the cached cell measures TTFT, the cold one decode."""
     result = cached_result(pp_throughput=None, tg_throughput=None, tg_req_throughput=None)
     entry = check_result(
-        result, BOTH_PHASES, depth=1024, settings=settings(exact_tg=True), what="cell", prefix_cache=True
+        BenchyResult.from_json(result),
+        BOTH_PHASES,
+        depth=1024,
+        settings=settings(exact_tg=True),
+        what="cell",
+        prefix_cache=True,
     )
-    assert entry["e2e_ttft"]["mean"] == 20.0 and not entry["is_context_prefill_phase"]
+    assert entry.e2e_ttft.mean == 20.0 and not entry.is_context_prefill_phase
     with pytest.raises(BenchmarkError, match="could not measure e2e_ttft"):
         check_result(
-            cached_result(e2e_ttft=None),
+            BenchyResult.from_json(cached_result(e2e_ttft=None)),
             BOTH_PHASES,
             depth=1024,
             settings=settings(),
@@ -188,21 +204,33 @@ def test_a_cached_result_without_its_context_load_is_a_cold_measurement_and_fail
     result = cached_result()
     result["benchmarks"] = result["benchmarks"][1:]
     with pytest.raises(BenchmarkError, match="0 context-load phases for depth 1024"):
-        check_result(result, BOTH_PHASES, depth=1024, settings=settings(), what="cell", prefix_cache=True)
+        check_result(
+            BenchyResult.from_json(result),
+            BOTH_PHASES,
+            depth=1024,
+            settings=settings(),
+            what="cell",
+            prefix_cache=True,
+        )
 
 
 def test_a_failed_context_load_fails_the_cached_cell():
     progress = [*BOTH_PHASES[:3], RequestEnd(error="HTTP 500: load", total_tokens=0)]
     with pytest.raises(BenchmarkError, match="1 requests failed, first: HTTP 500: load"):
         check_result(
-            cached_result(), progress, depth=1024, settings=settings(), what="cell", prefix_cache=True
+            BenchyResult.from_json(cached_result()),
+            progress,
+            depth=1024,
+            settings=settings(),
+            what="cell",
+            prefix_cache=True,
         )
 
 
 def test_exact_tg_counts_the_requests_of_both_phases():
     with pytest.raises(BenchmarkError, match="fewer requests than runs"):
         check_result(
-            cached_result(),
+            BenchyResult.from_json(cached_result()),
             BOTH_PHASES[:2],
             depth=1024,
             settings=settings(exact_tg=True),

@@ -35,7 +35,14 @@ from gridbench.aggregate.records import (
 )
 from gridbench.errors import ResultFileError
 from gridbench.files import JsonObject, atomic_write_bytes, atomic_write_text
-from gridbench.harness.benchy import CACHED_REQUIRED_METRICS, REQUIRED_METRICS, entries_at
+from gridbench.harness.benchy import (
+    CACHED_REQUIRED_METRICS,
+    REQUIRED_METRICS,
+    BenchyEntry,
+    BenchyResult,
+    Metric,
+    entries_at,
+)
 from gridbench.plan import DepthCellPlan, DepthPlan
 
 if TYPE_CHECKING:
@@ -165,87 +172,60 @@ DATASET_VERSION = 4
 NOT_RUN = "no result: the cell did not run (or its result files were removed)"
 
 
-@dataclass(frozen=True)
-class Metric:
-    """A llama-benchy metric's mean and std over its runs, and how many runs (None: absent)."""
-
-    mean: float | None = None
-    std: float | None = None
-    runs: int | None = None
-
-
-def _metric(entry: JsonObject, name: str) -> Metric:
-    value = entry.get(name)
-    if not isinstance(value, Mapping):
-        return Metric()
-    values = value.get("values")
-    return Metric(value.get("mean"), value.get("std"), len(values) if isinstance(values, list) else None)
-
-
-def benchy_entry(raw: JsonObject, depth: int, required: Sequence[str] = REQUIRED_METRICS) -> JsonObject:
+def benchy_entry(result: BenchyResult, depth: int, required: Sequence[str] = REQUIRED_METRICS) -> BenchyEntry:
     """llama-benchy's measured entry for ``depth`` (not the prefix-cache context phase)."""
-    if not isinstance(raw, Mapping) or not isinstance(raw.get("benchmarks"), list):
-        raise ResultFileError("not a llama-benchy result (no 'benchmarks' list)")
-    entries, _ = entries_at(raw, depth)
+    entries, _ = entries_at(result, depth)
     if len(entries) != 1:
         raise ResultFileError(f"{len(entries)} llama-benchy results for depth {depth}, expected 1")
-    nulls = [m for m in required if (entries[0].get(m) or {}).get("mean") is None]
+    nulls = [m for m in required if entries[0].metric(m).mean is None]
     if nulls:
         raise ResultFileError(f"llama-benchy measured no {', '.join(nulls)} (null)")
-    entry: JsonObject = entries[0]
-    return entry
+    return entries[0]
 
 
-def measures(raw: JsonObject, depth: int) -> Measures:
+def measures(result: BenchyResult, depth: int) -> Measures:
     """The measure columns of one successful cell."""
-    entry = benchy_entry(raw, depth)
-    prefill, decode, peak = (_metric(entry, m) for m in ("pp_throughput", "tg_throughput", "peak_throughput"))
-    prefill_req, decode_req, peak_req = (
-        _metric(entry, m) for m in ("pp_req_throughput", "tg_req_throughput", "peak_req_throughput")
-    )
-    ttft, ttfr, est_ppt = (_metric(entry, m) for m in ("e2e_ttft", "ttfr", "est_ppt"))
+    entry = benchy_entry(result, depth)
     return Measures(
         context_tokens=depth,
-        prompt_tokens=entry.get("prompt_size"),
-        gen_tokens=entry.get("response_size"),
-        concurrency=entry.get("concurrency"),
-        runs=decode.runs,
-        prefill_tps=prefill.mean,
-        prefill_tps_std=prefill.std,
-        decode_tps=decode.mean,
-        decode_tps_std=decode.std,
-        peak_tps=peak.mean,
-        peak_tps_std=peak.std,
-        prefill_req_tps=prefill_req.mean,
-        prefill_req_tps_std=prefill_req.std,
-        decode_req_tps=decode_req.mean,
-        decode_req_tps_std=decode_req.std,
-        peak_req_tps=peak_req.mean,
-        peak_req_tps_std=peak_req.std,
-        ttft_ms=ttft.mean,
-        ttft_ms_std=ttft.std,
-        ttfr_ms=ttfr.mean,
-        ttfr_ms_std=ttfr.std,
-        est_ppt_ms=est_ppt.mean,
-        est_ppt_ms_std=est_ppt.std,
+        prompt_tokens=entry.prompt_size,
+        gen_tokens=entry.response_size,
+        concurrency=entry.concurrency,
+        runs=entry.tg_throughput.count,
+        prefill_tps=entry.pp_throughput.mean,
+        prefill_tps_std=entry.pp_throughput.std,
+        decode_tps=entry.tg_throughput.mean,
+        decode_tps_std=entry.tg_throughput.std,
+        peak_tps=entry.peak_throughput.mean,
+        peak_tps_std=entry.peak_throughput.std,
+        prefill_req_tps=entry.pp_req_throughput.mean,
+        prefill_req_tps_std=entry.pp_req_throughput.std,
+        decode_req_tps=entry.tg_req_throughput.mean,
+        decode_req_tps_std=entry.tg_req_throughput.std,
+        peak_req_tps=entry.peak_req_throughput.mean,
+        peak_req_tps_std=entry.peak_req_throughput.std,
+        ttft_ms=entry.e2e_ttft.mean,
+        ttft_ms_std=entry.e2e_ttft.std,
+        ttfr_ms=entry.ttfr.mean,
+        ttfr_ms_std=entry.ttfr.std,
+        est_ppt_ms=entry.est_ppt.mean,
+        est_ppt_ms_std=entry.est_ppt.std,
     )
 
 
-def cached_entry(raw: JsonObject, depth: int) -> JsonObject:
+def cached_entry(result: BenchyResult, depth: int) -> BenchyEntry:
     """The measured (second-phase) entry of a prefix-cache cell's llama-benchy result."""
-    if isinstance(raw, Mapping) and raw.get("prefix_caching_enabled") is False:
+    if result.prefix_caching_enabled is False:
         raise ResultFileError("a llama-benchy result without --enable-prefix-caching")
-    return benchy_entry(raw, depth, CACHED_REQUIRED_METRICS)
+    return benchy_entry(result, depth, CACHED_REQUIRED_METRICS)
 
 
-def cached_measures(raw: JsonObject, depth: int, cold_ttft_ms: float | None) -> Cached:
+def cached_measures(result: BenchyResult, depth: int, cold_ttft_ms: float | None) -> Cached:
     """The cached-context columns of a measured prefix-cache cell; a null metric is None."""
-    entry = cached_entry(raw, depth)
-    ttft = _metric(entry, "e2e_ttft")
-    prefill = _metric(entry, "pp_throughput")
-    pp = entry.get("prompt_size")
-    if not pp or depth < CACHED_PREFILL_MIN_DEPTH_RATIO * pp:
-        prefill = Metric()
+    entry = cached_entry(result, depth)
+    ttft = entry.e2e_ttft
+    pp = entry.prompt_size
+    prefill = entry.pp_throughput if pp and depth >= CACHED_PREFILL_MIN_DEPTH_RATIO * pp else Metric()
     return Cached(
         cached_status="ok",
         ttft_ms_cached=ttft.mean,
@@ -263,13 +243,13 @@ def failure_path(cell: PlannedCell, failure: CellFailure | None) -> str | None:
 
 def _cached_columns(
     cell: DepthCellPlan,
-    result: MeasuredCell | None,
+    result: MeasuredCell[BenchyResult] | None,
     failure: CellFailure | None,
     cold_ttft_ms: float | None,
 ) -> tuple[Cached, CachedFiles]:
     if result is not None:
         return (
-            cached_measures(result.raw, cell.depth, cold_ttft_ms),
+            cached_measures(result.output, cell.depth, cold_ttft_ms),
             CachedFiles(cached_raw_path=cell.files.raw, cached_log_path=cell.files.log),
         )
     return (
@@ -280,9 +260,9 @@ def _cached_columns(
 
 def rows_from_results(
     plan: DepthPlan,
-    results: Mapping[tuple[str, int], MeasuredCell],
+    results: Mapping[tuple[str, int], MeasuredCell[BenchyResult]],
     failures: Mapping[tuple[str, int], CellFailure],
-    cached: Mapping[tuple[str, int], MeasuredCell] | None = None,
+    cached: Mapping[tuple[str, int], MeasuredCell[BenchyResult]] | None = None,
     cached_failures: Mapping[tuple[str, int], CellFailure] | None = None,
 ) -> list[DepthRow]:
     """Rows in plan order: a measured row for each cell in ``results``, a failed one with
@@ -298,7 +278,7 @@ def rows_from_results(
             row = DepthRow(
                 identity,
                 Status("ok"),
-                measures(result.raw, cell.depth),
+                measures(result.output, cell.depth),
                 acceptance=result.provenance.acceptance or AcceptanceColumns(),
                 provenance=result.provenance.provenance,
                 files=Files(cell.files.raw, cell.files.provenance, log_path=cell.files.log),
@@ -412,14 +392,24 @@ def document_text(document: JsonObject) -> str:
 
 def read_benchy_cells(
     cells: Sequence[DepthCellPlan],
-    entry: Callable[[JsonObject, int], JsonObject] = benchy_entry,
-) -> tuple[dict[tuple[str, int], MeasuredCell], dict[tuple[str, int], CellFailure], dict[str, str | None]]:
+    entry: Callable[[BenchyResult, int], BenchyEntry] = benchy_entry,
+) -> tuple[
+    dict[tuple[str, int], MeasuredCell[BenchyResult]],
+    dict[tuple[str, int], CellFailure],
+    dict[str, str | None],
+]:
     """The files of these planned cells: (results, failures, llama-benchy version per config).
     ``entry`` finds a result's measured entry, and raises ResultFileError when it has none."""
-    results, failures = read_cells(cells, lambda cell: cell.key, lambda raw, cell: entry(raw, cell.depth))
+
+    def parse(document: object, cell: DepthCellPlan) -> BenchyResult:
+        result = BenchyResult.from_json(document)
+        entry(result, cell.depth)
+        return result
+
+    results, failures = read_cells(cells, lambda cell: cell.key, parse)
     versions: dict[str, str | None] = {}
     for (config, _), result in results.items():
-        versions.setdefault(config, result.raw.get("version"))
+        versions.setdefault(config, result.output.version)
     return results, failures, versions
 
 

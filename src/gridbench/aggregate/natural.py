@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -129,39 +128,69 @@ FLOATS = [
 ]
 
 
-def measured_row(identity: ConfigIdentity, cell: NaturalCellPlan, result: MeasuredCell) -> NaturalRow:
-    raw = result.raw
-    settings = raw.get("settings") or {}
-    spec = raw.get("spec_decode")
+@dataclass(frozen=True)
+class NaturalResult:
+    """The harness's raw file (schema ``gridbench.natural.v1``) as far as the dataset reads
+    it: which cell it holds, its summary and settings, and its own acceptance window (None
+    without speculation)."""
+
+    config: str | None
+    prompt_class: str | None
+    concurrency: int | None
+    summary: Summary
+    settings: Settings
+    acceptance: AcceptanceColumns | None
+
+    @classmethod
+    def from_json(cls, document: object) -> NaturalResult:
+        """The result in a parsed JSON document; ResultFileError when it is not one."""
+        if (
+            not isinstance(document, Mapping)
+            or document.get("schema") != SCHEMA
+            or not isinstance(document.get("summary"), Mapping)
+        ):
+            raise ResultFileError(f"not a natural-prompt result (schema {SCHEMA} with a summary)")
+        settings = document.get("settings") or {}
+        spec = document.get("spec_decode")
+        return cls(
+            document.get("config"),
+            document.get("prompt_class"),
+            document.get("concurrency"),
+            Summary.from_json(document["summary"]),
+            Settings(settings.get("max_tokens"), settings.get("temperature")),
+            AcceptanceColumns.from_json(spec) if spec else None,
+        )
+
+
+def measured_row(
+    identity: ConfigIdentity, cell: NaturalCellPlan, result: MeasuredCell[NaturalResult]
+) -> NaturalRow:
+    output = result.output
     return NaturalRow(
         identity,
         Coordinates(cell.prompt_class, cell.concurrency),
         dataset.Status("ok"),
-        Summary.from_json(raw["summary"]),
-        Settings(settings.get("max_tokens"), settings.get("temperature")),
+        output.summary,
+        output.settings,
         # the raw file carries the harness's own acceptance window; provenance the engine's
-        acceptance=(AcceptanceColumns.from_json(spec) if spec else result.provenance.acceptance)
-        or AcceptanceColumns(),
+        acceptance=(output.acceptance or result.provenance.acceptance) or AcceptanceColumns(),
         provenance=result.provenance.provenance,
         files=dataset.Files(cell.files.raw, cell.files.provenance, log_path=cell.files.log),
     )
 
 
-def check_raw(raw: Any, cell: NaturalCellPlan) -> None:
-    if (
-        not isinstance(raw, Mapping)
-        or raw.get("schema") != SCHEMA
-        or not isinstance(raw.get("summary"), Mapping)
-    ):
-        raise ResultFileError(f"not a natural-prompt result (schema {SCHEMA} with a summary)")
-    found = (raw.get("config"), raw.get("prompt_class"), raw.get("concurrency"))
+def parse_result(document: object, cell: NaturalCellPlan) -> NaturalResult:
+    """A natural cell's result; ResultFileError for one that is not this cell's."""
+    result = NaturalResult.from_json(document)
+    found = (result.config, result.prompt_class, result.concurrency)
     if found != cell.key:
         raise ResultFileError(f"holds cell {found}, expected {cell.key}")
+    return result
 
 
 def rows_from_results(
     plan: NaturalPlan,
-    results: Mapping[tuple[str, str, int], MeasuredCell],
+    results: Mapping[tuple[str, str, int], MeasuredCell[NaturalResult]],
     failures: Mapping[tuple[str, str, int], CellFailure],
 ) -> list[NaturalRow]:
     rows = []
@@ -190,8 +219,8 @@ def to_frame(rows: Sequence[NaturalRow]) -> pd.DataFrame:
     return dataset.typed_frame(rows, COLUMNS, integers=INTEGERS, floats=FLOATS)
 
 
-def read_natural_cells(plan: NaturalPlan) -> CellReadings[tuple[str, str, int]]:
-    return read_cells(plan.cells, lambda cell: cell.key, check_raw)
+def read_natural_cells(plan: NaturalPlan) -> CellReadings[tuple[str, str, int], NaturalResult]:
+    return read_cells(plan.cells, lambda cell: cell.key, parse_result)
 
 
 def build_from_plan(plan: NaturalPlan, *, csv: Path, parquet: Path) -> pd.DataFrame:

@@ -1,5 +1,5 @@
-"""What a planned cell left, read once at the edge: its result document with a typed
-provenance record, or why it has none (its failure record, or what was wrong with its files).
+"""What a planned cell left, read once at the edge: its result and its provenance, each
+typed, or why it has none (its failure record, or what was wrong with its files).
 
 The config identity, provenance, acceptance and failure records are also the column groups
 both datasets share: their fields name the columns, in the datasets' order. The analyses read
@@ -19,7 +19,7 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import NoneType
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, get_args, get_type_hints
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, get_args, get_type_hints
 
 import pandas as pd
 
@@ -273,11 +273,15 @@ class CellFailure:
         return cls(document.get("reason"), details, recorded=bool(document.get("cell")))
 
 
-@dataclass(frozen=True)
-class MeasuredCell:
-    """A cell's result: the load generator's document (free-form JSON) and its provenance."""
+Output = TypeVar("Output")
 
-    raw: JsonObject
+
+@dataclass(frozen=True)
+class MeasuredCell(Generic[Output]):
+    """A cell's result: what its load generator wrote, typed (llama-benchy's result for a
+    depth cell, the harness's document for a natural one), and its provenance."""
+
+    output: Output
     provenance: ProvenanceRecord
 
 
@@ -321,16 +325,17 @@ class PlannedCell(Protocol):
 
 Cell = TypeVar("Cell", bound=PlannedCell)
 CellKey = TypeVar("CellKey", bound=Hashable)
-CellReadings = tuple[dict[CellKey, MeasuredCell], dict[CellKey, CellFailure]]
+CellReadings = tuple[dict[CellKey, MeasuredCell[Output]], dict[CellKey, CellFailure]]
 
 
 def read_cells(
-    cells: Sequence[Cell], key: Callable[[Cell], CellKey], check: Callable[[Any, Cell], object]
-) -> CellReadings[CellKey]:
+    cells: Sequence[Cell], key: Callable[[Cell], CellKey], parse: Callable[[Any, Cell], Output]
+) -> CellReadings[CellKey, Output]:
     """The files of planned cells, depth and natural alike: each cell's result with its
-    provenance, or why it has none. ``check(raw, cell)`` raises ResultFileError for a
-    result that is not this cell's (a foreign file must not pass as a result)."""
-    results: dict[CellKey, MeasuredCell] = {}
+    provenance, or why it has none. ``parse(raw, cell)`` types a result file's JSON, and
+    raises ResultFileError for one that is not this cell's result (a foreign file must not
+    pass as a result)."""
+    results: dict[CellKey, MeasuredCell[Output]] = {}
     failures: dict[CellKey, CellFailure] = {}
     with collector_paused():
         for cell in cells:
@@ -339,10 +344,10 @@ def read_cells(
                 raw = load_json(Path(files.raw))
                 prov = load_json(Path(files.provenance))
                 if raw is not None and prov is not None:
-                    check(raw, cell)
+                    output = parse(raw, cell)
                     if not isinstance(prov, dict):
                         raise ResultFileError(f"{files.provenance} is not a provenance record")
-                    results[name] = MeasuredCell(raw, ProvenanceRecord.from_json(prov))
+                    results[name] = MeasuredCell(output, ProvenanceRecord.from_json(prov))
                     continue
             except ResultFileError as err:
                 failures[name] = unreadable(files.raw, err)

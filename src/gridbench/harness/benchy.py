@@ -13,14 +13,14 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from gridbench import layout
 from gridbench.engines.kinds import engine_kind
-from gridbench.errors import BenchmarkError, ConfigError
+from gridbench.errors import BenchmarkError, ConfigError, ResultFileError
 from gridbench.files import JsonObject, atomic_write_bytes
 from gridbench.grid import BenchySettings, ServingConfig
 
@@ -258,23 +258,130 @@ class BurstError(RetryableError):
     generated (a loaded machine), though no request failed."""
 
 
-def entries_at(result: JsonObject, depth: int) -> tuple[list[JsonObject], list[JsonObject]]:
+@dataclass(frozen=True)
+class Metric:
+    """One of llama-benchy's metrics over a run: its mean and std, and its values (one per
+    run, or per request). Every field is None where the result leaves the metric out or null."""
+
+    mean: float | None = None
+    std: float | None = None
+    values: tuple[float, ...] | None = None
+
+    @classmethod
+    def from_json(cls, value: object) -> Metric:
+        if not isinstance(value, Mapping):
+            return cls()
+        values = value.get("values")
+        return cls(value.get("mean"), value.get("std"), tuple(values) if isinstance(values, list) else None)
+
+    @property
+    def count(self) -> int | None:
+        """How many values it has (None: no list of them)."""
+        return None if self.values is None else len(self.values)
+
+
+@dataclass(frozen=True)
+class BenchyEntry:
+    """One entry of llama-benchy's ``benchmarks``: a (context size, prompt size) measured at a
+    concurrency, with the metrics gridbench reads, under llama-benchy's names."""
+
+    context_size: int | None
+    prompt_size: int | None
+    response_size: int | None
+    concurrency: int | None
+    # --enable-prefix-caching runs a context-load phase before each measured one
+    is_context_prefill_phase: bool
+    pp_throughput: Metric
+    pp_req_throughput: Metric
+    tg_throughput: Metric
+    tg_req_throughput: Metric
+    peak_throughput: Metric
+    peak_req_throughput: Metric
+    ttfr: Metric
+    est_ppt: Metric
+    e2e_ttft: Metric
+
+    @classmethod
+    def from_json(cls, entry: JsonObject) -> BenchyEntry:
+        return cls(
+            context_size=entry.get("context_size"),
+            prompt_size=entry.get("prompt_size"),
+            response_size=entry.get("response_size"),
+            concurrency=entry.get("concurrency"),
+            is_context_prefill_phase=bool(entry.get("is_context_prefill_phase")),
+            pp_throughput=Metric.from_json(entry.get("pp_throughput")),
+            pp_req_throughput=Metric.from_json(entry.get("pp_req_throughput")),
+            tg_throughput=Metric.from_json(entry.get("tg_throughput")),
+            tg_req_throughput=Metric.from_json(entry.get("tg_req_throughput")),
+            peak_throughput=Metric.from_json(entry.get("peak_throughput")),
+            peak_req_throughput=Metric.from_json(entry.get("peak_req_throughput")),
+            ttfr=Metric.from_json(entry.get("ttfr")),
+            est_ppt=Metric.from_json(entry.get("est_ppt")),
+            e2e_ttft=Metric.from_json(entry.get("e2e_ttft")),
+        )
+
+    def metric(self, name: str) -> Metric:
+        """A metric by its llama-benchy name (the checks name them in their messages)."""
+        if name not in METRICS:
+            raise KeyError(f"gridbench reads no llama-benchy metric {name}")
+        metric: Metric = getattr(self, name)
+        return metric
+
+
+# the metrics gridbench reads: BenchyEntry's fields
+METRICS = (
+    "pp_throughput",
+    "pp_req_throughput",
+    "tg_throughput",
+    "tg_req_throughput",
+    "peak_throughput",
+    "peak_req_throughput",
+    "ttfr",
+    "est_ppt",
+    "e2e_ttft",
+)
+
+
+@dataclass(frozen=True)
+class BenchyResult:
+    """llama-benchy's result document (--format json), as far as gridbench reads it."""
+
+    version: str | None
+    prefix_caching_enabled: bool | None  # None: a version that does not say
+    entries: tuple[BenchyEntry, ...]
+
+    @classmethod
+    def from_json(cls, document: object) -> BenchyResult:
+        """The result in a parsed JSON document; ResultFileError when it is not one."""
+        if not isinstance(document, Mapping) or not isinstance(document.get("benchmarks"), list):
+            raise ResultFileError("not a llama-benchy result (no 'benchmarks' list)")
+        entries = document["benchmarks"]
+        if not all(isinstance(entry, Mapping) for entry in entries):
+            raise ResultFileError("not a llama-benchy result (a 'benchmarks' entry is not an object)")
+        return cls(
+            document.get("version"),
+            document.get("prefix_caching_enabled"),
+            tuple(BenchyEntry.from_json(entry) for entry in entries),
+        )
+
+
+def entries_at(result: BenchyResult, depth: int) -> tuple[list[BenchyEntry], list[BenchyEntry]]:
     """llama-benchy's entries for ``depth``: the measured ones, and the context-load phases
     that its --enable-prefix-caching mode runs before them."""
-    at_depth = [b for b in result.get("benchmarks", []) if b.get("context_size") == depth]
-    loads = [b for b in at_depth if b.get("is_context_prefill_phase")]
-    return [b for b in at_depth if not b.get("is_context_prefill_phase")], loads
+    at_depth = [entry for entry in result.entries if entry.context_size == depth]
+    loads = [entry for entry in at_depth if entry.is_context_prefill_phase]
+    return [entry for entry in at_depth if not entry.is_context_prefill_phase], loads
 
 
 def check_result(
-    result: JsonObject,
+    result: BenchyResult,
     ends: Sequence[RequestEnd],
     *,
     depth: int,
     settings: BenchySettings,
     what: str,
     prefix_cache: bool = False,
-) -> JsonObject:
+) -> BenchyEntry:
     """The measured benchmark entry of a run, after checking that it counts.
 
     It must cover the cell's depth, carry every required metric with one value per request,
@@ -311,16 +418,16 @@ def check_result(
     # every request ended without an error, yet a value is missing: an answer read in one burst
     unmeasured = BurstError if len(ends) >= expected * phases else BenchmarkError
     for metric in required:
-        if not isinstance(entry.get(metric), dict) or entry[metric].get("mean") is None:
+        if entry.metric(metric).mean is None:
             raise unmeasured(
                 f"{what}: llama-benchy could not measure {metric} (null)",
                 hint="rerun the cell; a loaded machine can leave it unmeasured",
             )
     for metric in per_request:
-        values = (entry.get(metric) or {}).get("values") or []
-        if len(values) != expected:
+        count = entry.metric(metric).count or 0
+        if count != expected:
             counted = (
-                f"{what}: {metric} has {len(values)} values, expected {expected} "
+                f"{what}: {metric} has {count} values, expected {expected} "
                 f"(runs {settings.runs} x concurrency {settings.concurrency})"
             )
             if unmeasured is BurstError:
@@ -341,4 +448,4 @@ def check_result(
                 f"{wrong or 'fewer requests than runs'}",
                 hint="the engine ignored min_tokens/ignore_eos; check its version and flags",
             )
-    return dict(entry)
+    return entry
