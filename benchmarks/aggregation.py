@@ -58,7 +58,7 @@ def grid_config(configs: int) -> dict:
 
 
 def write_cells(plan, nplan) -> None:
-    host = {"gpu": "NVIDIA H200", "gpu_count": 1, "driver": "570.0"}
+    host = synthetic.host_info(gpu="NVIDIA H200", gpu_count=1, driver="570.0")
     for cell in plan.cells:
         cfg = plan.configs[cell.config]
         depth = cell.depth
@@ -70,10 +70,8 @@ def write_cells(plan, nplan) -> None:
         raw = synthetic.benchy_raw(
             depth, decode=(20.0 - depth / 4096, 0.3), prefill=(2000.0, 30.0), ttft_ms=(300.0 + depth / 5, 6.0)
         )
-        prov = synthetic.provenance_record(
-            cfg, f"cell {cell.config} depth {depth}", host=host, engine={}, spec=spec
-        )
-        synthetic.write_cell(cell, raw, prov, Path())
+        prov = synthetic.provenance_record(cfg, f"cell {cell.config} depth {depth}", host=host, spec=spec)
+        synthetic.write_cell(cell, raw, prov.to_json(), Path())
     for cell in plan.cached_cells:
         depth = cell.depth
         raw = synthetic.cached_benchy_raw(
@@ -83,9 +81,8 @@ def write_cells(plan, nplan) -> None:
             plan.configs[cell.config],
             f"cell {cell.config} depth {depth} (cached context)",
             host=host,
-            engine={},
         )
-        synthetic.write_cell(cell, raw, prov, Path())
+        synthetic.write_cell(cell, raw, prov.to_json(), Path())
     for cell in nplan.cells:
         cfg = nplan.configs[cell.config]
         raw = synthetic.natural_raw(
@@ -102,11 +99,10 @@ def write_cells(plan, nplan) -> None:
             cfg,
             "natural cell",
             host=host,
-            engine={},
             load_generator="gridbench-natural",
             load_generator_version="0.1.0",
         )
-        synthetic.write_cell(cell, raw, prov, Path())
+        synthetic.write_cell(cell, raw.to_json(), prov.to_json(), Path())
 
 
 def json_load_all(cells) -> float:

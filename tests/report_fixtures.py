@@ -21,6 +21,7 @@ from gridbench.aggregate import dataset, natural, synthetic
 from gridbench.aggregate.records import CellFailure, MeasuredCell, ProvenanceRecord
 from gridbench.files import atomic_write_json
 from gridbench.grid import ServingConfig
+from gridbench.harness.benchy import BenchyResult
 from gridbench.loading import load_grid, load_grid_files
 from gridbench.plan import depth_plan, natural_plan
 
@@ -30,8 +31,8 @@ SEED002_VERSIONS = {
     "eugr": "0.23.1rc1.dev899",
     "aeon": "0.23.0+aeon.sm121a.dflash",
 }
-SEED002_HOST = {"hostname": "zgx-5457", "gpu": "NVIDIA GB10", "gpu_count": 1, "driver": "580.159.03"}
-SEED000_HOST = {"hostname": "spark", "gpu": "NVIDIA GB10", "gpu_count": 1, "driver": "580.142"}
+SEED002_HOST = synthetic.host_info(hostname="zgx-5457", gpu="NVIDIA GB10", gpu_count=1, driver="580.159.03")
+SEED000_HOST = synthetic.host_info(hostname="spark", gpu="NVIDIA GB10", gpu_count=1, driver="580.142")
 # depth-0 decode of seed 000's configs: 77 tok/s realises 42 % of 273 GB/s ÷ 1.5 GB
 SEED000_DECODE = {
     "Q_fp8_mtp1": (29.0, 0.6),
@@ -66,11 +67,12 @@ def _digest(text: str) -> str:
 
 
 def _engine(config: ServingConfig, version: str) -> dict:
+    """provenance_record's engine arguments: the image's id and digest, the engine's version."""
     image = config.engine.image
     return {
         "image_id": _digest(image)[:19],
         "image_digest": f"{image.split(':')[0]}@{_digest(image)}",
-        "version": version,
+        "engine_version": version,
     }
 
 
@@ -97,11 +99,11 @@ def seed002():
                 cfg,
                 f"cell {config} depth {depth}",
                 host=SEED002_HOST,
-                engine=_engine(cfg, SEED002_VERSIONS[cfg.engine.name]),
+                **_engine(cfg, SEED002_VERSIONS[cfg.engine.name]),
                 spec=spec,
                 started_at=f"2026-07-09T{8 + depth // 16384:02d}:00:00.000+00:00",
                 finished_at=f"2026-07-10T{8 + depth // 16384:02d}:01:00.000+00:00",
-            )
+            ).to_json()
             results[(config, depth)] = (raw, prov)
     return grid, plan, results, {}
 
@@ -120,9 +122,9 @@ def seed000():
             cfg,
             f"cell {config} depth 0",
             host=SEED000_HOST,
-            engine=_engine(cfg, "0.1.dev1+gbfde49e28.d20260418"),
+            **_engine(cfg, "0.1.dev1+gbfde49e28.d20260418"),
             spec=synthetic.spec_decode(400, SEED000_PER_POSITION[config]),
-        )
+        ).to_json()
         results[(config, 0)] = (raw, prov)
     nplan = natural_plan(grid)
     nresults, nfailures = {}, {}
@@ -132,6 +134,7 @@ def seed000():
         key = (cell.config, cell.prompt_class, cell.concurrency)
         row = rows[key]
         cfg = nplan.configs[cell.config]
+        spec = synthetic.spec_decode(300, SEED000_PER_POSITION[cell.config])
         raw = synthetic.natural_raw(
             *key,
             output_tok_s=float(row["output_tok_s"]),
@@ -139,18 +142,18 @@ def seed000():
             tpot_ms=(float(row["tpot_ms_p50"]), float(row["tpot_ms_p95"])),
             output_tokens=int(row["output_tokens_p50"]),
             wall_s=float(row["wall_s"]),
-            spec=synthetic.spec_decode(300, SEED000_PER_POSITION[cell.config]),
-        )
+            spec=spec,
+        ).to_json()
         raw["summary"]["req_tok_s_p50"] = float(row["req_tok_s_p50"])
         prov = synthetic.provenance_record(
             cfg,
             f"cell {key[0]} {key[1]} c={key[2]}",
             host=SEED000_HOST,
-            engine=_engine(cfg, "0.1.dev1+gbfde49e28.d20260418"),
+            **_engine(cfg, "0.1.dev1+gbfde49e28.d20260418"),
             load_generator="gridbench-natural",
             load_generator_version="0.1.0",
-            spec=raw["spec_decode"],
-        )
+            spec=spec,
+        ).to_json()
         nresults[key] = (raw, prov)
     # one level failed: the harness's error-rate threshold
     failed = ("Q_fp8_mtp1", "prose", 16)
@@ -160,7 +163,7 @@ def seed000():
         cell,
         "cell Q_fp8_mtp1 prose c=16",
         "cell Q_fp8_mtp1 prose c=16: 4 of 16 requests errored (error rate 0.25 > max_error_rate 0.1)",
-    )
+    ).to_json()
     return grid, plan, results, {}, nplan, nresults, nfailures
 
 
@@ -195,18 +198,23 @@ def same_weights():
             prefill=(2000.0, 20.0),
             ttft_ms=SAME_WEIGHTS_TTFT[cfg.engine.name][i],
         )
-        engine = {"startup_s": SAME_WEIGHTS_STARTUP_S[config], "reused": depth != 0}
         prov = synthetic.provenance_record(
-            cfg, f"cell {config} depth {depth}", host=SEED000_HOST, engine=engine
-        )
+            cfg,
+            f"cell {config} depth {depth}",
+            host=SEED000_HOST,
+            startup_s=SAME_WEIGHTS_STARTUP_S[config],
+            reused=depth != 0,
+        ).to_json()
         results[(config, depth)] = (raw, prov)
     return grid, plan, results, {}
 
 
-def read_back(results, failures):
-    """The records as the read edge types them: (measured cells, cell failures)."""
+def read_back(results, failures, parse=BenchyResult.from_json):
+    """The records as the read edge types them: (measured cells, cell failures); ``parse``
+    types a result document (llama-benchy's by default)."""
     measured = {
-        key: MeasuredCell(raw, ProvenanceRecord.from_json(prov)) for key, (raw, prov) in results.items()
+        key: MeasuredCell(parse(raw), ProvenanceRecord.from_json(prov))
+        for key, (raw, prov) in results.items()
     }
     return measured, {key: CellFailure.from_json(record) for key, record in failures.items()}
 
@@ -216,7 +224,8 @@ def depth_frame(plan, results, failures):
 
 
 def natural_frame(nplan, nresults, nfailures):
-    return natural.to_frame(natural.rows_from_results(nplan, *read_back(nresults, nfailures)))
+    measured = read_back(nresults, nfailures, natural.NaturalResult.from_json)
+    return natural.to_frame(natural.rows_from_results(nplan, *measured))
 
 
 def write_files(root: Path, plan, results, failures) -> None:

@@ -28,7 +28,7 @@ def seed002_files(tmp_path, monkeypatch):
         cell,
         "cell Q_nvfp4_dfl8 depth 12288",
         "cell Q_nvfp4_dfl8 depth 12288: the engine died while the cell was measuring",
-    )
+    ).to_json()
     del results[("Q_bf16_stock_n0", 65536)]  # no failure record either: the cell never ran
     rf.write_files(tmp_path, plan, results, failures)
     monkeypatch.chdir(tmp_path)

@@ -20,7 +20,6 @@ from gridbench.loading import load_grid
 from gridbench.plan import DepthCellPlan, depth_plan
 from report_fixtures import read_back
 
-HOST = {"gpu": None, "gpu_count": 0, "driver": None}
 COLD_TTFT_MS = {0: 40.0, 256: 80.0, 512: 120.0, 1024: 200.0}
 
 
@@ -42,7 +41,7 @@ def cold_results(plan) -> dict:
             pp=128,
             tg=64,
         )
-        prov = synthetic.provenance_record(plan.configs[cell.config], "cell", host=HOST, engine={})
+        prov = synthetic.provenance_record(plan.configs[cell.config], "cell").to_json()
         results[cell.config, depth] = (raw, prov)
     return results
 
@@ -55,7 +54,7 @@ def cached_raw(depth: int, *, ttft_ms: float = 20.0, prefill: tuple[float, float
 
 
 def cached_results(plan, **changes) -> dict:
-    prov = synthetic.provenance_record(plan.configs["D_q8_0_n0"], "cell", host=HOST, engine={})
+    prov = synthetic.provenance_record(plan.configs["D_q8_0_n0"], "cell").to_json()
     return {(c.config, c.depth): (cached_raw(c.depth, **changes), prov) for c in plan.cached_cells}
 
 
@@ -110,7 +109,7 @@ def test_a_null_metric_is_a_missing_value_never_a_crash(grid):
 
 def test_prefill_is_missing_where_llama_benchy_counts_the_cached_context_as_prefilled(grid):
     plan = depth_plan(grid)
-    prov = synthetic.provenance_record(plan.configs["D_q8_0_n0"], "cell", host=HOST, engine={})
+    prov = synthetic.provenance_record(plan.configs["D_q8_0_n0"], "cell").to_json()
     cached = cached_results(plan)
     # pp 2048 over a 256-token context: the server's count (2304) passes llama-benchy's 20 % test
     raw = synthetic.cached_benchy_raw(
@@ -133,7 +132,7 @@ def test_a_failed_cached_cell_is_shown_failed_with_its_reason_and_the_cold_cell_
         "cell D_q8_0_n0 depth 512 (cached context)",
         "cell D_q8_0_n0 depth 512 (cached context): boom",
         prefix_cache=True,
-    )
+    ).to_json()
     frame = rows(plan, cached, {("D_q8_0_n0", 512): record})
     failed = frame.loc[("D_q8_0_n0", 512)]
     assert failed["cached_status"] == "failed" and failed["cached_reason"].endswith("boom")

@@ -38,6 +38,7 @@ from gridbench.errors import (
     EngineDiedError,
     EngineError,
     GridbenchError,
+    ResultFileError,
 )
 from gridbench.files import JsonObject, atomic_write_bytes, atomic_write_json, atomic_write_text
 from gridbench.grid import BenchySettings, Grid, ServingConfig
@@ -370,6 +371,78 @@ def _engine_record(engine: EngineLease, cfg: ServingConfig) -> EngineRecord:
     )
 
 
+@dataclass(frozen=True)
+class CellProvenance:
+    """A cell's provenance file: what measured it (engine, load generator), where, and when."""
+
+    cell: str  # how messages name the cell
+    config: ServingConfig  # as the cell's engine served it
+    engine: EngineRecord
+    host: provenance.HostInfo
+    started_at: str
+    finished_at: str
+    versions: provenance.Versions
+    # None only in the report fixtures' natural records (aggregate/synthetic.py), which have no bench
+    bench: BenchyInvocation | NaturalInvocation | None
+    prefix_cache_reset: bool  # whether the engine's prefix cache was emptied before the cell
+    spec_decode: Acceptance | None  # None without speculation
+
+    def to_json(self) -> JsonObject:
+        return {
+            "schema": provenance.SCHEMA,
+            "cell": self.cell,
+            "config": self.config.name,
+            "fingerprint": self.config.fingerprint(),
+            "effective_config": provenance.redact_config(self.config.to_dict()),
+            "engine": self.engine.to_json(),
+            "host": self.host.to_json(),
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "versions": asdict(self.versions),
+            **({"bench": self.bench.to_json()} if self.bench else {}),
+            "prefix_cache_reset": self.prefix_cache_reset,
+            "spec_decode": self.spec_decode.to_json() if self.spec_decode else None,
+        }
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    """A failed cell's record under ``results/failures/``: where it sits, why, what to do."""
+
+    cell: str  # how messages name the cell
+    config: str
+    kind: str  # the cell's kind: "benchy" or "natural"
+    coordinates: CellCoordinates
+    error_type: str  # the error's class name, or "interrupted"
+    reason: str
+    hint: str | None
+    exit_code: int
+    engine_log_tail: str
+    started_at: str
+    failed_at: str
+    cell_log: str
+    traceback: str | None = None  # only for an error gridbench did not raise itself
+
+    def to_json(self) -> JsonObject:
+        record: JsonObject = {
+            "cell": self.cell,
+            "config": self.config,
+            "kind": self.kind,
+            **asdict(self.coordinates),
+            "error_type": self.error_type,
+            "reason": self.reason,
+            "hint": self.hint,
+            "exit_code": self.exit_code,
+            "engine_log_tail": self.engine_log_tail,
+            "started_at": self.started_at,
+            "failed_at": self.failed_at,
+            "cell_log": self.cell_log,
+        }
+        if self.traceback is not None:
+            record["traceback"] = self.traceback
+        return record
+
+
 def run_cell(spec: Cell, outputs: dict[str, Path]) -> int:
     """Lease an engine, measure the cell in a scratch folder, write ``outputs`` atomically.
 
@@ -395,24 +468,21 @@ def run_cell(spec: Cell, outputs: dict[str, Path]) -> int:
                 raise
             if not manager.is_alive(engine):
                 raise _engine_died(spec, manager, engine)
-            record = {
-                "schema": provenance.SCHEMA,
-                "cell": spec.what,
-                "config": cfg.name,
-                "fingerprint": cfg.fingerprint(),
-                "effective_config": provenance.redact_config(cfg.to_dict()),
-                "engine": _engine_record(engine, cfg).to_json(),
-                "host": provenance.host_info().to_json(),
-                "started_at": started_at,
-                "finished_at": now_iso(),
-                "versions": asdict(measured.versions),
-                "bench": measured.bench.to_json(),
-                "prefix_cache_reset": measured.prefix_cache_reset,
-                "spec_decode": measured.spec_decode.to_json() if measured.spec_decode else None,
-            }
+            record = CellProvenance(
+                cell=spec.what,
+                config=cfg,
+                engine=_engine_record(engine, cfg),
+                host=provenance.host_info(),
+                started_at=started_at,
+                finished_at=now_iso(),
+                versions=measured.versions,
+                bench=measured.bench,
+                prefix_cache_reset=measured.prefix_cache_reset,
+                spec_decode=measured.spec_decode,
+            )
             for key, data in measured.files.items():
                 atomic_write_bytes(outputs[key], data)
-            atomic_write_json(outputs["provenance"], record)
+            atomic_write_json(outputs["provenance"], record.to_json())
         spec.failure_path().unlink(missing_ok=True)
         return 0
     except (GridbenchError, _Interrupted, Exception) as caught:
@@ -488,29 +558,32 @@ def _write_failure(spec: Cell, err: BaseException, started_at: str) -> None:
         reason = err.message if isinstance(err, GridbenchError) else f"{spec.what}: {err!r}"
         kind = type(err).__name__
     log_tail = provenance.scrub(getattr(err, "log_tail", "") or "")
-    record = {
-        "cell": spec.what,
-        "config": spec.name,
-        "kind": spec.kind,
-        **asdict(spec.coordinates()),
-        "error_type": kind,
-        "reason": provenance.scrub(reason),
-        "hint": getattr(err, "hint", None),
-        "exit_code": 130 if kind == "interrupted" else getattr(err, "exit_code", 1),
-        "engine_log_tail": log_tail,
-        "started_at": started_at,
-        "failed_at": now_iso(),
-        "cell_log": str(spec.log_path()),
-    }
-    if not isinstance(err, GridbenchError | _Interrupted):
-        record["traceback"] = provenance.scrub(traceback.format_exc())
+    record = FailureRecord(
+        cell=spec.what,
+        config=spec.name,
+        kind=spec.kind,
+        coordinates=spec.coordinates(),
+        error_type=kind,
+        reason=provenance.scrub(reason),
+        hint=getattr(err, "hint", None),
+        exit_code=130 if kind == "interrupted" else getattr(err, "exit_code", 1),
+        engine_log_tail=log_tail,
+        started_at=started_at,
+        failed_at=now_iso(),
+        cell_log=str(spec.log_path()),
+        traceback=(
+            None
+            if isinstance(err, GridbenchError | _Interrupted)
+            else provenance.scrub(traceback.format_exc())
+        ),
+    )
     try:
-        atomic_write_json(spec.failure_path(), record)
+        atomic_write_json(spec.failure_path(), record.to_json())
     except OSError as err:  # e.g. the full disk that failed the cell: its log still says why
         log.info(f"  the failure record {spec.failure_path()} could not be written: {err}")
     log.info(f"FAILED {provenance.scrub(reason)}")
-    if record["hint"]:
-        log.info(f"  what to do: {record['hint']}")
+    if record.hint:
+        log.info(f"  what to do: {record.hint}")
     if log_tail:
         log.info(f"--- engine log tail ---\n{log_tail}")
 
@@ -550,8 +623,8 @@ def measure_benchy(spec: DepthCell, engine: EngineLease, scratch: Path) -> Measu
         after = probe.fetch_metrics(engine.base_url, engine.headers) if post_run else None
         try:
             raw = run.result_path.read_bytes()
-            result = json.loads(raw)
-        except (FileNotFoundError, json.JSONDecodeError) as err:
+            result = benchy.BenchyResult.from_json(json.loads(raw))
+        except (FileNotFoundError, json.JSONDecodeError, ResultFileError) as err:
             raise BenchmarkError(f"{spec.what}: llama-benchy wrote no readable result: {err}") from err
         try:
             entry = benchy.check_result(
@@ -571,14 +644,14 @@ def measure_benchy(spec: DepthCell, engine: EngineLease, scratch: Path) -> Measu
     spec_decode = None
     if post_run:
         spec_decode = _acceptance(snapshots, before_own, after, settings.warmup, spec.what)
-    decode = (entry.get("tg_throughput") or {}).get("mean")
+    decode = entry.tg_throughput.mean
     log.info(
         f"{spec.what}: decode {'-' if decode is None else f'{decode:.2f}'} tok/s, "
-        f"TTFT {entry['e2e_ttft']['mean']:.1f} ms"
+        f"TTFT {entry.e2e_ttft.mean:.1f} ms"
     )
     return Measured(
         files={"raw": raw},
-        versions=provenance.versions("llama-benchy", result.get("version")),
+        versions=provenance.versions("llama-benchy", result.version),
         bench=BenchyInvocation(
             argv=run.argv,
             started_at=bench_started,

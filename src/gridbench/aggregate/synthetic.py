@@ -1,6 +1,7 @@
-"""Synthetic cell records shaped like real ones (llama-benchy's JSON, the natural harness's
-JSON, provenance and failure records), for the report's tests and the aggregation
-benchmark. Nothing in a sweep uses them.
+"""Synthetic cell records shaped like real ones, for the report's tests and the aggregation
+benchmark: llama-benchy's JSON (a third party's format, spelled here), and gridbench's own
+files (natural result, provenance, failure record) built as the records a cell writes, so
+each format has one owner. Nothing in a sweep uses them.
 """
 
 from __future__ import annotations
@@ -8,11 +9,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from gridbench import provenance as provenance_module
+from gridbench.cell import BenchyInvocation, CellCoordinates, CellProvenance, EngineRecord, FailureRecord
+from gridbench.engines.runtime import ImageInfo
 from gridbench.files import JsonObject, atomic_write_json
 from gridbench.grid import ServingConfig
+from gridbench.harness.natural import LevelPlan, LevelResult
+from gridbench.harness.stats import Distribution, LevelSummary, RequestRecord
 from gridbench.plan import DepthCellPlan, NaturalCellPlan
-from gridbench.spec_metrics import SpecCounters, acceptance
+from gridbench.provenance import GpuInfo, HostInfo, Versions
+from gridbench.spec_metrics import Acceptance, SpecCounters, acceptance
+
+STARTED_AT = "2026-07-09T12:00:00.000+00:00"
 
 BENCHY_METRICS = (
     "pp_throughput",
@@ -111,7 +118,7 @@ def cached_benchy_raw(
     return raw
 
 
-def spec_decode(drafts: int, per_position: Sequence[float]) -> JsonObject:
+def spec_decode(drafts: int, per_position: Sequence[float]) -> Acceptance:
     """What gridbench.spec_metrics.acceptance records for these per-position rates."""
     accepted = {i: round(rate * drafts) for i, rate in enumerate(per_position)}
     after = SpecCounters(
@@ -121,79 +128,87 @@ def spec_decode(drafts: int, per_position: Sequence[float]) -> JsonObject:
         accepted_per_pos={i: float(v) for i, v in accepted.items()},
         present=True,
     )
-    return acceptance(SpecCounters(present=True), after, "after llama-benchy's warm-up run").to_json()
+    return acceptance(SpecCounters(present=True), after, "after llama-benchy's warm-up run")
+
+
+def host_info(
+    *, hostname: str = "host", gpu: str | None = None, gpu_count: int = 0, driver: str | None = None
+) -> HostInfo:
+    """A host as gridbench.provenance.host_info describes one: these GPUs, the rest fixed."""
+    return HostInfo(
+        hostname=hostname,
+        platform="Linux",
+        machine="aarch64",
+        cpu_count=20,
+        python="3.12.3",
+        gpus=GpuInfo(gpu=gpu, gpu_count=gpu_count, driver=driver, gpu_memory=None),
+        slurm_job_id=None,
+    )
 
 
 def provenance_record(
     cfg: ServingConfig,
     cell: str,
     *,
-    host: JsonObject,
-    engine: JsonObject,
+    host: HostInfo | None = None,
+    image_id: str | None = None,
+    image_digest: str | None = None,
+    engine_version: str | None = None,
+    startup_s: float = 300.0,
+    reused: bool = True,
     load_generator: str = "llama-benchy",
     load_generator_version: str | None = "0.4.0",
-    spec: JsonObject | None = None,
-    started_at: str = "2026-07-09T12:00:00.000+00:00",
+    spec: Acceptance | None = None,
+    started_at: str = STARTED_AT,
     finished_at: str = "2026-07-09T12:01:00.000+00:00",
-    bench_wall_s: float | None = 55.0,
-) -> JsonObject:
-    """A provenance record with the keys gridbench.cell.run_cell writes."""
-    argv = [*cfg.engine.command, "--model", cfg.checkpoint.model, *cfg.serve_args]
-    record = {
-        "schema": provenance_module.SCHEMA,
-        "cell": cell,
-        "config": cfg.name,
-        "fingerprint": cfg.fingerprint(),
-        "effective_config": provenance_module.redact_config(cfg.to_dict()),
-        "engine": {
-            "kind": cfg.engine.kind,
-            "runtime": cfg.engine.runtime,
-            "image": cfg.engine.image,
-            "image_id": None,
-            "image_digest": None,
-            "command": list(cfg.engine.command),
-            "version": None,
-            "serve_argv": argv,
-            "serve_command": " ".join(argv),
-            "base_url": f"http://{cfg.engine.host}:{cfg.engine.port}",
-            "slot": "0",
-            "slots": ["0"],
-            "gpus": [],
-            "started_at": started_at,
-            "startup_s": 300.0,
-            "reused": True,
-            **engine,
-        },
-        "host": {
-            "hostname": "host",
-            "platform": "Linux",
-            "machine": "aarch64",
-            "cpu_count": 20,
-            "python": "3.12.3",
-            "gpu": None,
-            "gpu_count": 0,
-            "driver": None,
-            **host,
-        },
-        "started_at": started_at,
-        "finished_at": finished_at,
-        "versions": {
-            "gridbench": "0.1.0",
-            "load_generator": load_generator,
-            "load_generator_version": load_generator_version,
-        },
-        "prefix_cache_reset": True,
-        "spec_decode": dict(spec) if spec else None,
-    }
-    if load_generator == "llama-benchy":
-        record["bench"] = {
-            "argv": ["llama-benchy", "--depth", "0"],
-            "started_at": started_at,
-            "finished_at": finished_at,
-            "wall_s": bench_wall_s,
-            "discarded_attempts": [],
-        }
-    return record
+    bench_wall_s: float = 55.0,
+) -> CellProvenance:
+    """The provenance gridbench.cell.run_cell records, for a cell on slot 0 of ``host``
+    (``host_info()`` by default); a natural cell's (another load generator) has no bench."""
+    argv = (*cfg.engine.command, "--model", cfg.checkpoint.model, *cfg.serve_args)
+    engine = EngineRecord(
+        kind=cfg.engine.kind,
+        runtime=cfg.engine.runtime,
+        image=ImageInfo(cfg.engine.image, image_id, image_digest, command=tuple(cfg.engine.command)),
+        version=engine_version,
+        serve_argv=argv,
+        serve_command=" ".join(argv),
+        base_url=f"http://{cfg.engine.host}:{cfg.engine.port}",
+        slot="0",
+        slots=("0",),
+        gpus=(),
+        started_at=started_at,
+        startup_s=startup_s,
+        reused=reused,
+    )
+    bench = (
+        BenchyInvocation(
+            argv=("llama-benchy", "--depth", "0"),
+            started_at=started_at,
+            finished_at=finished_at,
+            wall_s=bench_wall_s,
+            discarded_attempts=(),
+        )
+        if load_generator == "llama-benchy"
+        else None
+    )
+    return CellProvenance(
+        cell=cell,
+        config=cfg,
+        engine=engine,
+        host=host or host_info(),
+        started_at=started_at,
+        finished_at=finished_at,
+        versions=Versions("0.1.0", load_generator, load_generator_version),
+        bench=bench,
+        prefix_cache_reset=True,
+        spec_decode=spec,
+    )
+
+
+def _distribution(p50: float, p95: float) -> Distribution:
+    """A metric's statistics from its p50 and p95: the mean between them, p99 just above p95."""
+    return Distribution(mean=(p50 + p95) / 2, p50=p50, p95=p95, p99=p95 * 1.02)
 
 
 def natural_raw(
@@ -208,9 +223,10 @@ def natural_raw(
     wall_s: float,
     requests: int = 16,
     errored: int = 0,
-    spec: JsonObject | None = None,
-) -> JsonObject:
-    """The natural harness's JSON (schema gridbench.natural.v1); (p50, p95) latencies."""
+    spec: Acceptance | None = None,
+) -> LevelResult:
+    """The natural harness's result for one level; (p50, p95) latencies, the last
+    ``errored`` requests failed."""
     ttft_p50, ttft_p95 = ttft_ms
     tpot_p50, tpot_p95 = tpot_ms
     records = []
@@ -220,97 +236,83 @@ def natural_raw(
         ttft = ttft_p50 + (ttft_p95 - ttft_p50) * spread
         tpot = tpot_p50 + (tpot_p95 - tpot_p50) * spread
         e2e = ttft + tpot * (output_tokens - 1)
+        start_s = i / max(1, concurrency) * e2e / 1000
         records.append(
-            {
-                "index": i,
-                "status": "errored" if failed else "ok",
-                "error": "HTTP 500: Internal Server Error" if failed else None,
-                "start_s": round(i / max(1, concurrency) * e2e / 1000, 3),
-                "ttft_ms": None if failed else ttft,
-                "e2e_ms": None if failed else e2e,
-                "tpot_ms": None if failed else tpot,
-                "output_tokens": None if failed else output_tokens,
-                "tokens_per_s": None if failed else output_tokens / e2e * 1000,
-                "itl_ms": [] if failed else [tpot] * 4,
-                "finish_reason": None if failed else "length",
-            }
+            RequestRecord(
+                index=i,
+                status="errored" if failed else "ok",
+                error="HTTP 500: Internal Server Error" if failed else None,
+                start_s=round(start_s, 3),
+                end_s=round(start_s + e2e / 1000, 3),
+                ttft_ms=None if failed else ttft,
+                e2e_ms=None if failed else e2e,
+                tpot_ms=None if failed else tpot,
+                output_tokens=None if failed else output_tokens,
+                tokens_per_s=None if failed else output_tokens / e2e * 1000,
+                itl_ms=() if failed else (tpot,) * 4,
+                finish_reason=None if failed else "length",
+            )
         )
     e2e_p50 = ttft_p50 + tpot_p50 * (output_tokens - 1)
     e2e_p95 = ttft_p95 + tpot_p95 * (output_tokens - 1)
-    stats = {
-        "ttft_ms": (ttft_p50, ttft_p95),
-        "tpot_ms": (tpot_p50, tpot_p95),
-        "itl_ms": (tpot_p50, tpot_p95),
-        "e2e_ms": (e2e_p50, e2e_p95),
-        "req_tok_s": (output_tokens / e2e_p95 * 1000, output_tokens / e2e_p50 * 1000),
-    }
-    summary: JsonObject = {
-        "requests": requests,
-        "ok": requests - errored,
-        "errored": errored,
-        "incomplete": 0,
-        "error_rate": errored / requests,
-        "wall_s": wall_s,
-        "output_tok_s": output_tok_s,
-        "output_tokens_p50": output_tokens,
-    }
-    for name, (p50, p95) in stats.items():
-        summary.update(
-            {
-                f"{name}_mean": (p50 + p95) / 2,
-                f"{name}_p50": p50,
-                f"{name}_p95": p95,
-                f"{name}_p99": p95 * 1.02,
-            }
-        )
-    summary["percentile_warnings"] = (
-        [f"p99 from {requests} requests is the maximum"] if requests < 100 else []
+    summary = LevelSummary(
+        requests=requests,
+        ok=requests - errored,
+        errored=errored,
+        incomplete=0,
+        error_rate=errored / requests,
+        wall_s=wall_s,
+        output_tok_s=output_tok_s,
+        output_tokens_p50=output_tokens,
+        ttft_ms=_distribution(ttft_p50, ttft_p95),
+        tpot_ms=_distribution(tpot_p50, tpot_p95),
+        itl_ms=_distribution(tpot_p50, tpot_p95),
+        e2e_ms=_distribution(e2e_p50, e2e_p95),
+        req_tok_s=_distribution(output_tokens / e2e_p95 * 1000, output_tokens / e2e_p50 * 1000),
+        percentile_warnings=(f"p99 from {requests} requests is the maximum",) if requests < 100 else (),
     )
-    return {
-        "schema": "gridbench.natural.v1",
-        "config": config,
-        "prompt_class": prompt_class,
-        "concurrency": concurrency,
-        "settings": {
-            "requests": requests,
-            "max_tokens": 512,
-            "temperature": 0,
-            "warmup": 3,
-            "cache_bust": True,
-            "extra_body": {},
-            "prompt": f"a {prompt_class} prompt",
-        },
-        "requests": records,
-        "summary": summary,
-        "spec_decode": dict(spec) if spec else None,
-    }
+    plan = LevelPlan(
+        prompt=f"a {prompt_class} prompt",
+        concurrency=concurrency,
+        requests=requests,
+        warmup=3,
+        max_tokens=512,
+        temperature=0,
+        cache_bust=True,
+        extra_body={},
+        request_timeout_s=600.0,
+    )
+    return LevelResult(config, prompt_class, plan, tuple(records), summary, spec)
 
 
 def failure_record(
     cell: DepthCellPlan | NaturalCellPlan, what: str, reason: str, *, prefix_cache: bool = False
-) -> JsonObject:
-    """A failure record with the keys gridbench.cell writes under results/failures/."""
+) -> FailureRecord:
+    """The failure record gridbench.cell writes under results/failures/ when the engine died."""
     depth = cell if isinstance(cell, DepthCellPlan) else None
     natural = cell if isinstance(cell, NaturalCellPlan) else None
-    return {
-        "cell": what,
-        "config": cell.config,
-        "kind": "natural" if natural else "benchy",
-        "depth": depth.depth if depth else None,
-        "prompt_class": natural.prompt_class if natural else None,
-        "concurrency": natural.concurrency if natural else None,
-        "prefix_cache": prefix_cache,
-        "error_type": "EngineDiedError",
-        "reason": reason,
-        "hint": "read the engine log; the next cell starts a fresh engine",
-        "exit_code": 1,
-        "engine_log_tail": "",
-        "started_at": "2026-07-09T12:00:00.000+00:00",
-        "failed_at": "2026-07-09T12:00:30.000+00:00",
-        "cell_log": cell.files.log,
-    }
+    return FailureRecord(
+        cell=what,
+        config=cell.config,
+        kind="natural" if natural else "benchy",
+        coordinates=CellCoordinates(
+            depth=depth.depth if depth else None,
+            prefix_cache=prefix_cache,
+            prompt_class=natural.prompt_class if natural else None,
+            concurrency=natural.concurrency if natural else None,
+        ),
+        error_type="EngineDiedError",
+        reason=reason,
+        hint="read the engine log; the next cell starts a fresh engine",
+        exit_code=1,
+        engine_log_tail="",
+        started_at=STARTED_AT,
+        failed_at="2026-07-09T12:00:30.000+00:00",
+        cell_log=cell.files.log,
+    )
 
 
 def write_cell(cell: DepthCellPlan | NaturalCellPlan, raw: JsonObject, prov: JsonObject, root: Path) -> None:
+    """A cell's result and provenance files, as documents (llama-benchy's raw is not ours to type)."""
     atomic_write_json(root / cell.files.raw, raw)
     atomic_write_json(root / cell.files.provenance, prov)
