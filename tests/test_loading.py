@@ -4,13 +4,16 @@ fails with a ConfigError naming the file, the key and what is allowed."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import yaml
 
 from conftest import REPO, load_yaml
+from gridbench import grid
 from gridbench.errors import ConfigError
-from gridbench.loading import load_grid
+from gridbench.harness.prompts import NaturalSettings
+from gridbench.loading import load_grid, schema
 
 
 def bad(mutate) -> str:
@@ -99,3 +102,37 @@ def test_a_typo_beside_weights_is_still_an_error():
     message = bad(lambda c: c["checkpoints"]["f16"].update(weights="demo", wieghts="demo"))
     assert message.startswith("demo.yaml: key checkpoints.f16:")
     assert "'wieghts' was unexpected" in message and "weights" in message.split("allowed keys:")[1]
+
+
+def _section_keys(section: dict) -> set[str]:
+    """A schema section's keys, or those of each entry of a named table (engines: {name: …})."""
+    entry = section.get("additionalProperties")
+    return set((entry if isinstance(entry, dict) else section)["properties"])
+
+
+# The model is built from the schema's keys and nothing else: a key the schema gains and no
+# record holds would be validated, defaulted and then silently dropped.
+@pytest.mark.parametrize(
+    ("section", "record", "renamed"),
+    [
+        ("engines", grid.Engine, {}),
+        ("checkpoints", grid.Checkpoint, {}),
+        ("speculations", grid.Speculation, {}),
+        ("serving", grid.Serving, {}),
+        # the pass's config list lives on the Grid, out of every cell's context
+        ("benchy", grid.BenchySettings, {"prefix_cache_pass": None}),
+        ("natural", NaturalSettings, {}),
+        ("study", grid.StudyInfo, {}),
+        # a config's bench overrides hold only extra_body; its section and the engine,
+        # checkpoint and speculation names resolve into records
+        ("configs", grid.ServingConfig, {"bench": "bench_extra_body"}),
+    ],
+)
+def test_each_record_holds_exactly_its_schema_sections_keys(section, record, renamed):
+    in_schema = {renamed.get(key, key) for key in _section_keys(schema()["properties"][section])} - {None}
+    in_record = {f.name for f in dataclasses.fields(record)} - {"name"}  # the table's key
+    assert in_schema == in_record
+
+
+def test_the_bench_overrides_hold_only_the_extra_body():
+    assert set(schema()["$defs"]["bench_overrides"]["properties"]) == {"extra_body"}
