@@ -14,7 +14,7 @@ import dataclasses
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -96,30 +96,27 @@ class CellMeasures:
     depth: int
     status: str
     reason: str | None
-    # every column with a "<column>_std" beside it that has a value: decode_tps, ttft_ms, ...
-    measures: Mapping[str, Measure]
     acceptance_rate: float | None
+    # every column with a "<column>_std" beside it (decode_tps, ttft_ms, ...), read when asked
+    # for: a report asks each cell for a few of its dozens
+    row: Row = field(repr=False)
 
     @classmethod
     def of(cls, row: Row) -> CellMeasures:
-        measures = {
-            column: measure
-            for column in row
-            if f"{column}_std" in row
-            and (measure := Measure.of(row[column], row[f"{column}_std"])) is not None
-        }
         return cls(
             config=str(row["config"]),
             depth=integer(row["context_tokens"]),
             status=str(row["status"]),
             reason=optional_str(row.get("reason")),
-            measures=measures,
             acceptance_rate=optional_float(row.get("acceptance_rate")),
+            row=row,
         )
 
     def measure(self, column: str) -> Measure | None:
         """The cell's measure of ``column``; None when the cell failed, was skipped or has none."""
-        return self.measures.get(column) if self.status == "ok" else None
+        if self.status != "ok" or f"{column}_std" not in self.row:
+            return None
+        return Measure.of(self.row[column], self.row[f"{column}_std"])
 
 
 # (config, depth) -> its cell
