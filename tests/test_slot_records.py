@@ -14,7 +14,7 @@ from gridbench.engines.watchdog import WatchdogSpec
 
 IDENTITY = {"pid": 4242, "start_time": 123456, "host": "node1", "boot_id": "b00t"}
 
-# what SlotManager._start wrote before the records were typed (the same keys, in this order)
+# a slot file as engines wrote it before the records were typed (the same keys, in this order)
 OLD_PROCESS_SLOT = {
     "owner": "/work/sweep",
     "owner_process": IDENTITY,
