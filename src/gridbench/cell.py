@@ -11,10 +11,8 @@ import errno
 import hashlib
 import json
 import logging
-import shlex
 import shutil
 import signal
-import sys
 import tempfile
 import time
 import traceback
@@ -22,15 +20,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
-import gridbench
 from gridbench import layout, provenance
-from gridbench.engines import probe
+from gridbench.cell_records import CellCoordinates, CellProvenance, EngineRecord, FailureRecord, Measured
 from gridbench.engines.events import now_iso
-from gridbench.engines.kinds import engine_kind
 from gridbench.engines.manager import EngineLease, SlotManager
-from gridbench.engines.runtime import ImageInfo
 from gridbench.errors import (
     BenchmarkError,
     ConfigError,
@@ -38,16 +33,11 @@ from gridbench.errors import (
     EngineDiedError,
     EngineError,
     GridbenchError,
-    ResultFileError,
 )
 from gridbench.files import JsonObject, atomic_write_bytes, atomic_write_json, atomic_write_text
 from gridbench.grid import BenchySettings, Grid, ServingConfig
-from gridbench.harness import benchy
 from gridbench.harness.prompts import AUTO_PROCESSES, NaturalSettings, resolve_prompts
-from gridbench.spec_metrics import Acceptance, acceptance, parse_spec_counters
-
-if TYPE_CHECKING:  # the natural harness imports aiohttp: a quarter second llama-benchy cells skip
-    from gridbench.harness.natural import WarmupOutcome
+from gridbench.measure import measure_benchy, measure_natural
 
 log = logging.getLogger(__name__)
 
@@ -55,75 +45,7 @@ FAILURE_DIR = Path("results/failures")
 TMP_DIR = Path(layout.SCRATCH)
 # below this, a failed cell is blamed on the disk: a load generator's result is larger
 _NEARLY_FULL_BYTES = 1 << 20
-
-
 CONTEXT_DIR = Path(".gridbench/contexts")
-
-
-@dataclass(frozen=True)
-class BenchyInvocation:
-    """How llama-benchy ran for a cell: its command line, its clock, the attempts it discarded."""
-
-    argv: tuple[str, ...]
-    started_at: str
-    finished_at: str
-    wall_s: float
-    discarded_attempts: tuple[str, ...]  # why each earlier attempt was measured again
-
-    def to_json(self) -> JsonObject:
-        return {
-            "argv": list(self.argv),
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "wall_s": self.wall_s,
-            "discarded_attempts": list(self.discarded_attempts),
-        }
-
-
-@dataclass(frozen=True)
-class NaturalInvocation:
-    """How the natural harness ran for a cell: where it sent, its clock, its warm-ups."""
-
-    url: str
-    model: str
-    started_at: str
-    finished_at: str
-    wall_s: float  # of the measured requests alone
-    harness_processes: int
-    warmup: tuple[WarmupOutcome, ...]
-
-    def to_json(self) -> JsonObject:
-        return {
-            "url": self.url,
-            "model": self.model,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "wall_s": self.wall_s,
-            "harness_processes": self.harness_processes,
-            "warmup": [asdict(w) for w in self.warmup],
-        }
-
-
-@dataclass(frozen=True)
-class Measured:
-    """What a cell's measurement produced: its output files' bytes and its part of the
-    cell's provenance record."""
-
-    files: dict[str, bytes]  # by output key ("raw")
-    versions: provenance.Versions
-    bench: BenchyInvocation | NaturalInvocation
-    prefix_cache_reset: bool  # whether the engine's prefix cache was emptied before the cell
-    spec_decode: Acceptance | None  # None without speculation
-
-
-@dataclass(frozen=True)
-class CellCoordinates:
-    """Where a failed cell sits in the sweep: every kind's coordinates, None where not its own."""
-
-    depth: int | None
-    prefix_cache: bool
-    prompt_class: str | None
-    concurrency: int | None
 
 
 @dataclass(frozen=True)
@@ -317,132 +239,6 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(s, h)
 
 
-@dataclass(frozen=True)
-class EngineRecord:
-    """The engine that measured a cell, for its provenance record."""
-
-    kind: str
-    runtime: str
-    image: ImageInfo
-    version: str | None
-    serve_argv: tuple[str, ...]
-    serve_command: str
-    base_url: str
-    slot: str
-    slots: tuple[str, ...]
-    gpus: tuple[provenance.SlotGpu, ...]  # each slot's GPU; none without NVIDIA GPUs
-    started_at: str
-    startup_s: float | None
-    reused: bool
-
-    def to_json(self) -> JsonObject:
-        return {
-            "kind": self.kind,
-            "runtime": self.runtime,
-            **self.image.to_json(),
-            "version": self.version,
-            "serve_argv": list(self.serve_argv),
-            "serve_command": self.serve_command,
-            "base_url": self.base_url,
-            "slot": self.slot,
-            "slots": list(self.slots),
-            "gpus": [asdict(gpu) for gpu in self.gpus],
-            "started_at": self.started_at,
-            "startup_s": self.startup_s,
-            "reused": self.reused,
-        }
-
-
-def _engine_record(engine: EngineLease, cfg: ServingConfig) -> EngineRecord:
-    return EngineRecord(
-        kind=cfg.engine.kind,
-        runtime=cfg.engine.runtime,
-        image=engine.image,
-        version=engine.version,
-        serve_argv=tuple(engine.plan.argv),
-        serve_command=engine.plan.shell_line(),
-        base_url=engine.base_url,
-        slot=engine.slot,
-        slots=engine.slots,
-        gpus=tuple(provenance.slot_gpus(engine.slots)),
-        started_at=engine.started_at,
-        startup_s=engine.ready_s,
-        reused=engine.reused,
-    )
-
-
-@dataclass(frozen=True)
-class CellProvenance:
-    """A cell's provenance file: what measured it (engine, load generator), where, and when."""
-
-    cell: str  # how messages name the cell
-    config: ServingConfig  # as the cell's engine served it
-    engine: EngineRecord
-    host: provenance.HostInfo
-    started_at: str
-    finished_at: str
-    versions: provenance.Versions
-    # None only in the report fixtures' natural records (aggregate/synthetic.py), which have no bench
-    bench: BenchyInvocation | NaturalInvocation | None
-    prefix_cache_reset: bool  # whether the engine's prefix cache was emptied before the cell
-    spec_decode: Acceptance | None  # None without speculation
-
-    def to_json(self) -> JsonObject:
-        return {
-            "schema": provenance.SCHEMA,
-            "cell": self.cell,
-            "config": self.config.name,
-            "fingerprint": self.config.fingerprint(),
-            "effective_config": provenance.redact_config(self.config.to_dict()),
-            "engine": self.engine.to_json(),
-            "host": self.host.to_json(),
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "versions": asdict(self.versions),
-            **({"bench": self.bench.to_json()} if self.bench else {}),
-            "prefix_cache_reset": self.prefix_cache_reset,
-            "spec_decode": self.spec_decode.to_json() if self.spec_decode else None,
-        }
-
-
-@dataclass(frozen=True)
-class FailureRecord:
-    """A failed cell's record under ``results/failures/``: where it sits, why, what to do."""
-
-    cell: str  # how messages name the cell
-    config: str
-    kind: str  # the cell's kind: "benchy" or "natural"
-    coordinates: CellCoordinates
-    error_type: str  # the error's class name, or "interrupted"
-    reason: str
-    hint: str | None
-    exit_code: int
-    engine_log_tail: str
-    started_at: str
-    failed_at: str
-    cell_log: str
-    traceback: str | None = None  # only for an error gridbench did not raise itself
-
-    def to_json(self) -> JsonObject:
-        record: JsonObject = {
-            "cell": self.cell,
-            "config": self.config,
-            "kind": self.kind,
-            **asdict(self.coordinates),
-            "error_type": self.error_type,
-            "reason": self.reason,
-            "hint": self.hint,
-            "exit_code": self.exit_code,
-            "engine_log_tail": self.engine_log_tail,
-            "started_at": self.started_at,
-            "failed_at": self.failed_at,
-            "cell_log": self.cell_log,
-        }
-        if self.traceback is not None:
-            record["traceback"] = self.traceback
-        return record
-
-
 def run_cell(spec: Cell, outputs: dict[str, Path]) -> int:
     """Lease an engine, measure the cell in a scratch folder, write ``outputs`` atomically.
 
@@ -471,7 +267,7 @@ def run_cell(spec: Cell, outputs: dict[str, Path]) -> int:
             record = CellProvenance(
                 cell=spec.what,
                 config=cfg,
-                engine=_engine_record(engine, cfg),
+                engine=EngineRecord.from_lease(engine, cfg),
                 host=provenance.host_info(),
                 started_at=started_at,
                 finished_at=now_iso(),
@@ -586,177 +382,3 @@ def _write_failure(spec: Cell, err: BaseException, started_at: str) -> None:
         log.info(f"  what to do: {record.hint}")
     if log_tail:
         log.info(f"--- engine log tail ---\n{log_tail}")
-
-
-def measure_benchy(spec: DepthCell, engine: EngineLease, scratch: Path) -> Measured:
-    """llama-benchy at the cell's depth, bracketed by spec-decode counter snapshots."""
-    cfg = spec.serving_config
-    settings = spec.benchy
-    # a cold cell starts from an empty cache; a prefix-cache cell too, so that only its own
-    # context loads are there to hit, not what earlier cells left
-    cache_reset = engine_kind(cfg.engine.kind).reset_prefix_cache(engine.base_url, engine.headers)
-    book_url = benchy.seed_corpus(Path(settings.corpus))
-    snapshots = scratch / "metrics"
-    post_run = (
-        snapshot_command(engine.base_url, snapshots, cfg.engine.api_key_env)
-        if cfg.speculation.enabled
-        else None
-    )
-    attempts: list[str] = []
-    while True:
-        shutil.rmtree(snapshots, ignore_errors=True)
-        if post_run:
-            snapshots.mkdir()
-        run = benchy.build_run(
-            cfg,
-            spec.depth,
-            settings,
-            base_url=engine.base_url,
-            book_url=book_url,
-            workdir=scratch,
-            post_run_cmd=post_run,
-            prefix_cache=spec.prefix_cache,
-        )
-        before_own = probe.fetch_metrics(engine.base_url, engine.headers) if post_run else None
-        bench_started = now_iso()
-        wall_s = benchy.run(run, timeout_s=settings.timeout_s, what=spec.what)
-        after = probe.fetch_metrics(engine.base_url, engine.headers) if post_run else None
-        try:
-            raw = run.result_path.read_bytes()
-            result = benchy.BenchyResult.from_json(json.loads(raw))
-        except (FileNotFoundError, json.JSONDecodeError, ResultFileError) as err:
-            raise BenchmarkError(f"{spec.what}: llama-benchy wrote no readable result: {err}") from err
-        try:
-            entry = benchy.check_result(
-                result,
-                benchy.read_progress(run.progress_path),
-                depth=spec.depth,
-                settings=settings,
-                what=spec.what,
-                prefix_cache=spec.prefix_cache,
-            )
-            break
-        except benchy.RetryableError as err:
-            attempts.append(err.message)
-            if len(attempts) > settings.transport_retries:
-                raise
-            log.info(f"{err.message}; measuring the cell again (attempt {len(attempts) + 1})")
-    spec_decode = None
-    if post_run:
-        spec_decode = _acceptance(snapshots, before_own, after, settings.warmup, spec.what)
-    decode = entry.tg_throughput.mean
-    log.info(
-        f"{spec.what}: decode {'-' if decode is None else f'{decode:.2f}'} tok/s, "
-        f"TTFT {entry.e2e_ttft.mean:.1f} ms"
-    )
-    return Measured(
-        files={"raw": raw},
-        versions=provenance.versions("llama-benchy", result.version),
-        bench=BenchyInvocation(
-            argv=run.argv,
-            started_at=bench_started,
-            finished_at=now_iso(),
-            wall_s=round(wall_s, 3),
-            discarded_attempts=tuple(attempts),
-        ),
-        prefix_cache_reset=cache_reset,
-        spec_decode=spec_decode,
-    )
-
-
-def snapshot_command(base_url: str, out_dir: Path, key_variable: str | None) -> str:
-    """Shell line for llama-benchy's --post-run-cmd: save /metrics after every run."""
-    argv = [sys.executable, "-m", "gridbench.snapshot", f"{base_url}/metrics", str(out_dir.resolve())]
-    return shlex.join(argv + ([key_variable] if key_variable else []))
-
-
-def _acceptance(
-    snapshots: Path, before_own: str | None, after: str | None, warmup: bool, what: str
-) -> Acceptance:
-    files = sorted(snapshots.glob("*.prom"))
-    # after llama-benchy's warm-up run comes the first snapshot: the measured window starts there
-    before_text = files[0].read_text() if warmup and files else before_own
-    if before_text is None or after is None:
-        raise BenchmarkError(f"{what}: could not read the engine's /metrics around the measured window")
-    window = "after llama-benchy's warm-up run" if warmup and files else "whole invocation"
-    return acceptance(parse_spec_counters(before_text), parse_spec_counters(after), window)
-
-
-def measure_natural(spec: NaturalCell, engine: EngineLease, scratch: Path) -> Measured:
-    """Warm up, then the measured requests, bracketed by spec-decode counter snapshots."""
-    from gridbench.harness import natural  # aiohttp: a quarter second llama-benchy cells skip
-
-    cfg = spec.serving_config
-    settings = spec.natural
-    plan = natural.level_plan(settings, spec.prompt, spec.concurrency, cfg.bench_extra_body)
-    endpoint = natural.Endpoint(engine.base_url, cfg.checkpoint.served_model_name, engine.headers)
-    cache_reset = engine_kind(cfg.engine.kind).reset_prefix_cache(engine.base_url, engine.headers)
-    started_at = now_iso()
-    progress = scratch / layout.NATURAL_PROGRESS  # read live by `gridbench progress`
-    warmups = natural.warm_up(endpoint, plan, progress)
-    for trace in warmups:
-        if trace.status != "ok":
-            log.info(f"{spec.what}: warm-up request {trace.index} {trace.status}: {trace.error}")
-    before = _settled_metrics(engine) if cfg.speculation.enabled else None
-    window_started = time.monotonic()
-    traces = natural.measure_level(endpoint, plan, progress)
-    wall_s = time.monotonic() - window_started
-    after = _settled_metrics(engine) if cfg.speculation.enabled else None
-    spec_decode = None
-    if cfg.speculation.enabled:
-        if before is None or after is None:
-            raise BenchmarkError(
-                f"{spec.what}: could not read the engine's /metrics around the measured window"
-            )
-        spec_decode = acceptance(
-            parse_spec_counters(before),
-            parse_spec_counters(after),
-            "the measured requests (after the warm-up requests)",
-        )
-    result = natural.level_result(
-        config=cfg.name, prompt_class=spec.prompt_class, plan=plan, traces=traces, spec_decode=spec_decode
-    )
-    raw = (json.dumps(result.to_json(), indent=1, allow_nan=False) + "\n").encode()
-    summary = result.summary
-    error_rate = summary.error_rate or 0.0  # None only for a level of no requests
-    if error_rate > settings.max_error_rate:
-        (scratch / "natural.json").write_bytes(raw)  # kept beside the failure record
-        first = next(r.error for r in result.requests if r.status != "ok")
-        raise BenchmarkError(
-            f"{spec.what}: {summary.errored} errored and {summary.incomplete} incomplete of "
-            f"{summary.requests} requests (error rate {error_rate:.2f} > "
-            f"natural.max_error_rate {settings.max_error_rate:g}); first: {first}",
-            hint="read the engine log; every request's outcome is in the kept natural.json",
-        )
-    log.info(
-        f"{spec.what}: {summary.output_tok_s} tok/s aggregate, TTFT p50 {summary.ttft_ms.p50} ms, "
-        f"TPOT p50 {summary.tpot_ms.p50} ms, {summary.ok}/{summary.requests} ok"
-    )
-    return Measured(
-        files={"raw": raw},
-        versions=provenance.versions(natural.LOAD_GENERATOR, gridbench.__version__),
-        bench=NaturalInvocation(
-            url=endpoint.url,
-            model=endpoint.model,
-            started_at=started_at,
-            finished_at=now_iso(),
-            wall_s=round(wall_s, 3),
-            harness_processes=plan.processes,
-            warmup=natural.warmup_outcomes(warmups),
-        ),
-        prefix_cache_reset=cache_reset,
-        spec_decode=spec_decode,
-    )
-
-
-def _settled_metrics(engine: EngineLease, timeout_s: float = 5.0) -> str | None:
-    """/metrics once its spec-decode counters stop moving: the last responses' counts are in."""
-    deadline = time.monotonic() + timeout_s
-    text = probe.fetch_metrics(engine.base_url, engine.headers)
-    while text is not None and time.monotonic() < deadline:
-        time.sleep(0.1)
-        again = probe.fetch_metrics(engine.base_url, engine.headers)
-        if again is None or parse_spec_counters(again) == parse_spec_counters(text):
-            return again
-        text = again
-    return text

@@ -9,7 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from gridbench.cell import BenchyInvocation, CellCoordinates, CellProvenance, EngineRecord, FailureRecord
+from gridbench.cell_records import (
+    BenchyInvocation,
+    CellCoordinates,
+    CellProvenance,
+    EngineRecord,
+    FailureRecord,
+)
 from gridbench.engines.runtime import ImageInfo
 from gridbench.files import JsonObject, atomic_write_json
 from gridbench.grid import ServingConfig
