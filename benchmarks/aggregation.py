@@ -71,7 +71,7 @@ def write_cells(plan, nplan) -> None:
             depth, decode=(20.0 - depth / 4096, 0.3), prefill=(2000.0, 30.0), ttft_ms=(300.0 + depth / 5, 6.0)
         )
         prov = synthetic.provenance_record(cfg, f"cell {cell.config} depth {depth}", host=host, spec=spec)
-        synthetic.write_cell(cell, raw, prov.to_json(), Path())
+        synthetic.write_cell(cell, raw, prov, Path())
     for cell in plan.cached_cells:
         depth = cell.depth
         raw = synthetic.cached_benchy_raw(
@@ -82,7 +82,7 @@ def write_cells(plan, nplan) -> None:
             f"cell {cell.config} depth {depth} (cached context)",
             host=host,
         )
-        synthetic.write_cell(cell, raw, prov.to_json(), Path())
+        synthetic.write_cell(cell, raw, prov, Path())
     for cell in nplan.cells:
         cfg = nplan.configs[cell.config]
         raw = synthetic.natural_raw(
@@ -102,7 +102,7 @@ def write_cells(plan, nplan) -> None:
             load_generator="gridbench-natural",
             load_generator_version="0.1.0",
         )
-        synthetic.write_cell(cell, raw.to_json(), prov.to_json(), Path())
+        synthetic.write_cell(cell, raw, prov, Path())
 
 
 def json_load_all(cells) -> float:

@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from gridbench import codec
 from gridbench.harness import natural
 from gridbench.harness.stats import nearest_rank
 
@@ -221,9 +222,9 @@ def run_harness(server, scenario: Scenario, processes: int | str) -> tuple[Clien
     traces = natural.measure_level(endpoint, plan)
     cpu_s, server_cpu_s = harness_cpu_s() - cpu_before, server.cpu_s() - server_cpu_before
     server_log = server.take_log()
-    document = natural.level_result(
-        config="paced", prompt_class="x", plan=plan, traces=traces, spec_decode=None
-    ).to_json()
+    document = codec.to_json(
+        natural.level_result(config="paced", prompt_class="x", plan=plan, traces=traces, spec_decode=None)
+    )
     summary = document["summary"]
     assert summary["ok"] == scenario.requests, summary
     tokens = sum(r["output_tokens"] for r in document["requests"])

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import csv
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
 
 from conftest import REPO
+from gridbench import codec
 from gridbench.aggregate import dataset, natural, synthetic
-from gridbench.aggregate.records import CellFailure, MeasuredCell, ProvenanceRecord
+from gridbench.aggregate.records import CellFailure, MeasuredCell, ProvenanceRecord, RecordedProvenance
 from gridbench.files import atomic_write_json
 from gridbench.grid import ServingConfig
 from gridbench.harness.benchy import BenchyResult
@@ -103,7 +105,7 @@ def seed002():
                 spec=spec,
                 started_at=f"2026-07-09T{8 + depth // 16384:02d}:00:00.000+00:00",
                 finished_at=f"2026-07-10T{8 + depth // 16384:02d}:01:00.000+00:00",
-            ).to_json()
+            )
             results[(config, depth)] = (raw, prov)
     return grid, plan, results, {}
 
@@ -124,7 +126,7 @@ def seed000():
             host=SEED000_HOST,
             **_engine(cfg, "0.1.dev1+gbfde49e28.d20260418"),
             spec=synthetic.spec_decode(400, SEED000_PER_POSITION[config]),
-        ).to_json()
+        )
         results[(config, 0)] = (raw, prov)
     nplan = natural_plan(grid)
     nresults, nfailures = {}, {}
@@ -143,8 +145,9 @@ def seed000():
             output_tokens=int(row["output_tokens_p50"]),
             wall_s=float(row["wall_s"]),
             spec=spec,
-        ).to_json()
-        raw["summary"]["req_tok_s_p50"] = float(row["req_tok_s_p50"])
+        )
+        req_tok_s = replace(raw.summary.req_tok_s, p50=float(row["req_tok_s_p50"]))
+        raw = replace(raw, summary=replace(raw.summary, req_tok_s=req_tok_s))
         prov = synthetic.provenance_record(
             cfg,
             f"cell {key[0]} {key[1]} c={key[2]}",
@@ -153,17 +156,19 @@ def seed000():
             load_generator="gridbench-natural",
             load_generator_version="0.1.0",
             spec=spec,
-        ).to_json()
+        )
         nresults[key] = (raw, prov)
     # one level failed: the harness's error-rate threshold
     failed = ("Q_fp8_mtp1", "prose", 16)
     del nresults[failed]
     cell = next(c for c in nplan.cells if c.key == failed)
-    nfailures[failed] = synthetic.failure_record(
-        cell,
-        "cell Q_fp8_mtp1 prose c=16",
-        "cell Q_fp8_mtp1 prose c=16: 4 of 16 requests errored (error rate 0.25 > max_error_rate 0.1)",
-    ).to_json()
+    nfailures[failed] = codec.to_json(
+        synthetic.failure_record(
+            cell,
+            "cell Q_fp8_mtp1 prose c=16",
+            "cell Q_fp8_mtp1 prose c=16: 4 of 16 requests errored (error rate 0.25 > max_error_rate 0.1)",
+        )
+    )
     return grid, plan, results, {}, nplan, nresults, nfailures
 
 
@@ -204,19 +209,22 @@ def same_weights():
             host=SEED000_HOST,
             startup_s=SAME_WEIGHTS_STARTUP_S[config],
             reused=depth != 0,
-        ).to_json()
+        )
         results[(config, depth)] = (raw, prov)
     return grid, plan, results, {}
 
 
 def read_back(results, failures, parse=BenchyResult.from_json):
-    """The records as the read edge types them: (measured cells, cell failures); ``parse``
-    types a result document (llama-benchy's by default)."""
+    """The records as the read edge types their documents: (measured cells, cell failures);
+    ``parse`` types a result document (llama-benchy's by default)."""
     measured = {
-        key: MeasuredCell(parse(raw), ProvenanceRecord.from_json(prov))
+        key: MeasuredCell(
+            parse(codec.to_json(raw)),
+            ProvenanceRecord.from_recorded(codec.from_json(RecordedProvenance, codec.to_json(prov))),
+        )
         for key, (raw, prov) in results.items()
     }
-    return measured, {key: CellFailure.from_json(record) for key, record in failures.items()}
+    return measured, {key: codec.from_json(CellFailure, record) for key, record in failures.items()}
 
 
 def depth_frame(plan, results, failures):

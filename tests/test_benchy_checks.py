@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gridbench import codec
 from gridbench.aggregate import synthetic
 from gridbench.errors import BenchmarkError
 from gridbench.grid import BenchySettings
@@ -165,8 +166,10 @@ def test_a_request_that_failed_is_the_reason_though_metrics_are_null_too():
 
 
 def cached_result(**measured_changes) -> dict:
-    result = synthetic.cached_benchy_raw(
-        1024, load_ttft_ms=(90.0, 1.0), ttft_ms=(20.0, 1.0), prefill=(6000.0, 60.0), pp=128, tg=64
+    result = codec.to_json(
+        synthetic.cached_benchy_raw(
+            1024, load_ttft_ms=(90.0, 1.0), ttft_ms=(20.0, 1.0), prefill=(6000.0, 60.0), pp=128, tg=64
+        )
     )
     result["benchmarks"][1].update(measured_changes)
     return result

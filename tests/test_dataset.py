@@ -12,7 +12,7 @@ import pytest
 
 import report_fixtures as rf
 from conftest import gridbench
-from gridbench import layout
+from gridbench import codec, layout
 from gridbench.aggregate import dataset, natural
 from gridbench.layout import CellFiles
 from gridbench.plan import NaturalCellPlan, natural_plan
@@ -24,11 +24,13 @@ def seed002_files(tmp_path, monkeypatch):
     victim = ("Q_nvfp4_dfl8", 12288)
     del results[victim]
     cell = next(c for c in plan.cells if c.key == victim)
-    failures[victim] = rf.synthetic.failure_record(
-        cell,
-        "cell Q_nvfp4_dfl8 depth 12288",
-        "cell Q_nvfp4_dfl8 depth 12288: the engine died while the cell was measuring",
-    ).to_json()
+    failures[victim] = codec.to_json(
+        rf.synthetic.failure_record(
+            cell,
+            "cell Q_nvfp4_dfl8 depth 12288",
+            "cell Q_nvfp4_dfl8 depth 12288: the engine died while the cell was measuring",
+        )
+    )
     del results[("Q_bf16_stock_n0", 65536)]  # no failure record either: the cell never ran
     rf.write_files(tmp_path, plan, results, failures)
     monkeypatch.chdir(tmp_path)

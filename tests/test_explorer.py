@@ -17,7 +17,7 @@ import pytest
 import report_fixtures as rf
 from browser import CHROMIUM, Chromium
 from conftest import REPO
-from gridbench import layout
+from gridbench import codec, layout
 from gridbench.aggregate import explorer
 from gridbench.loading import load_grid_json
 
@@ -103,14 +103,14 @@ def test_a_hover_gives_the_cell_values_and_provenance(seed002):
 
 
 def test_an_axis_becomes_plotlys_settings_in_one_key_order():
-    concurrency = explorer.Axis("concurrency", scale="log", ticks=[1, 16]).to_plotly()
+    concurrency = codec.to_json(explorer.Axis("concurrency", scale="log", ticks=[1, 16]).to_plotly())
     assert list(concurrency.items()) == [
         ("title", "concurrency"),
         ("type", "log"),
         ("tickvals", [1, 16]),
         ("ticktext", ["1", "16"]),
     ]
-    assert explorer.Axis("accepted per draft", range=(0, 1.05)).to_plotly() == {
+    assert codec.to_json(explorer.Axis("accepted per draft", range=(0, 1.05)).to_plotly()) == {
         "title": "accepted per draft",
         "range": [0, 1.05],
     }

@@ -95,3 +95,15 @@ def test_checkpoint_weights_default_to_its_name_and_leave_the_fingerprint_alone(
     assert {c.checkpoint.weights for c in shared.configs.values()} == {"demo"}
     assert ConfigIdentity.from_config(shared.configs["D_q8_0_n0"]).weights == "demo"
     assert shared.configs["D_q8_0_n0"].fingerprint() == plain.configs["D_q8_0_n0"].fingerprint()
+
+
+def test_fingerprints_are_those_of_the_engines_already_measured():
+    """A fingerprint names a running engine and a measured one in provenance records: a
+    change in how a config is serialized must not change it (values from before the codec)."""
+    grid = load_grid_files([REPO / "config/demo.yaml"])
+    assert {name: cfg.fingerprint() for name, cfg in grid.configs.items()} == {
+        "D_f16_n0": "4224d74f6958f0a0",
+        "D_f16_draft4": "d4a0d9f4fb7b6a80",
+        "D_q8_0_n0": "0056b85ca3ed7c60",
+        "D_q8_0_draft4": "d7696555fb5a7375",
+    }

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, free_port, load_yaml
+from gridbench import codec
 from gridbench.cell import natural_cell, run_cell
 from gridbench.engines import probe
 from gridbench.engines.manager import SlotManager
@@ -72,7 +73,7 @@ def test_cell_on_llamacpp_counts_what_the_engine_generated(workdir):
         assert 0 < r["ttft_ms"] <= r["e2e_ms"] and 1 <= r["output_tokens"] <= 16
         assert r["finish_reason"] in ("length", "stop")
     recomputed = summarize([RequestRecord(**r) for r in requests])
-    assert result["summary"] == recomputed.to_json()  # recomputable from the file
+    assert result["summary"] == codec.to_json(recomputed)  # recomputable from the file
     assert result["summary"]["ok"] == 4 and result["spec_decode"] is None
 
     # the engine's own counter agrees with the usage blocks, warm-ups included
@@ -106,7 +107,7 @@ def test_cell_across_two_harness_processes_writes_the_same_records(workdir):
     requests = result["requests"]
     assert [r["index"] for r in requests] == list(range(4)) and all(r["status"] == "ok" for r in requests)
     assert all(0 < r["ttft_ms"] <= r["e2e_ms"] and 1 <= r["output_tokens"] <= 8 for r in requests)
-    assert result["summary"] == summarize([RequestRecord(**r) for r in requests]).to_json()
+    assert result["summary"] == codec.to_json(summarize([RequestRecord(**r) for r in requests]))
     assert "processes" not in result["settings"]
     provenance = json.loads(out.with_suffix(".provenance.json").read_text())
     assert provenance["bench"]["harness_processes"] == 2
@@ -143,7 +144,7 @@ def test_llamacpp_exposition_text_with_per_position_counters(workdir):
     grid = demo_grid({"prompt_classes": ["code"], "warmup": 1, "max_tokens": 16})
     manager = SlotManager(["cpu"])
     with manager.lease(grid.configs["D_f16_draft4"]) as engine:
-        plan = natural.level_plan(grid.natural, "Hello", 1, {})
+        plan = natural.level_plan(grid.natural, "Hello", 1)
         endpoint = natural.Endpoint(engine.base_url, "demo-f16")
         before = parse_spec_counters(probe.fetch_metrics(engine.base_url))
         (trace,) = natural.warm_up(endpoint, plan)
@@ -197,9 +198,9 @@ def test_every_failure_is_recorded_never_dropped(fault_server, tmp_path):
     started = time.monotonic()
     traces = natural.measure_level(fault_server, plan, tmp_path / "progress.jsonl")
     assert time.monotonic() - started < 10  # the hung request timed out; the others went on
-    result = natural.level_result(
-        config="F", prompt_class="x", plan=plan, traces=traces, spec_decode=None
-    ).to_json()
+    result = codec.to_json(
+        natural.level_result(config="F", prompt_class="x", plan=plan, traces=traces, spec_decode=None)
+    )
     by_index = {r["index"]: r for r in result["requests"]}
     assert len(by_index) == 11
     expected = {

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from conftest import REPO, load_yaml
+from gridbench import codec
 from gridbench.cell import write_context
 from gridbench.harness import natural
 from gridbench.harness.prompts import NaturalSettings
@@ -84,9 +85,9 @@ def test_a_level_across_processes_is_the_single_loops_level(paced, tmp_path):
         assert 0 <= t.text_chunk_ns[-1] - truth["last"] < 50e6
 
     # the records a level writes, and their figures close to the server's
-    document = natural.level_result(
-        config="paced", prompt_class="x", plan=level, traces=traces, spec_decode=None
-    ).to_json()
+    document = codec.to_json(
+        natural.level_result(config="paced", prompt_class="x", plan=level, traces=traces, spec_decode=None)
+    )
     records = document["requests"]
     assert [r["index"] for r in records] == list(range(REQUESTS))
     summary = document["summary"]
@@ -145,6 +146,6 @@ def test_the_default_processes_leave_a_cells_context_as_it_was(processes, in_con
     monkeypatch.chdir(tmp_path)
     context = json.loads(write_context(grid, next(iter(grid.configs)), ["cpu"], "natural").read_text())
     assert ("processes" in context["natural"]) is in_context
-    settings = NaturalSettings.from_dict(context["natural"])
-    plan = natural.level_plan(settings, "Hello", 128, {})
+    settings = codec.from_json(NaturalSettings, context["natural"])
+    plan = natural.level_plan(settings, "Hello", 128)
     assert plan.processes == (natural.harness_processes("auto", 128, os.cpu_count()) if not in_context else 4)

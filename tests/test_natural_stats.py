@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from gridbench import codec
 from gridbench.harness.stats import (
     ERRORED,
     INCOMPLETE,
@@ -122,7 +123,7 @@ def test_level_summary_from_a_scripted_level():
         w.startswith("p95 of ttft_ms, tpot_ms, e2e_ms, req_tok_s from 3 requests")
         for w in summary.percentile_warnings
     )
-    json.dumps(summary.to_json(), allow_nan=False)  # strict JSON: no NaN anywhere
+    json.dumps(codec.to_json(summary), allow_nan=False)  # strict JSON: no NaN anywhere
 
 
 def test_summary_of_a_level_where_everything_failed_is_null_not_nan():
@@ -131,7 +132,7 @@ def test_summary_of_a_level_where_everything_failed_is_null_not_nan():
     assert summary.error_rate == 1.0 and summary.output_tok_s is None
     assert summary.ttft_ms.p50 is None and summary.tpot_ms.mean is None
     assert "no samples" in summary.percentile_warnings[0]
-    json.dumps(summary.to_json(), allow_nan=False)
+    json.dumps(codec.to_json(summary), allow_nan=False)
 
 
 def test_percentile_warnings_follow_the_tail_size():

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, load_yaml
+from gridbench import codec
 from gridbench.aggregate import dataset, plots, synthetic
 from gridbench.aggregate.report import render_report
 from gridbench.grid import Grid
@@ -41,7 +42,7 @@ def cold_results(plan) -> dict:
             pp=128,
             tg=64,
         )
-        prov = synthetic.provenance_record(plan.configs[cell.config], "cell").to_json()
+        prov = synthetic.provenance_record(plan.configs[cell.config], "cell")
         results[cell.config, depth] = (raw, prov)
     return results
 
@@ -54,7 +55,7 @@ def cached_raw(depth: int, *, ttft_ms: float = 20.0, prefill: tuple[float, float
 
 
 def cached_results(plan, **changes) -> dict:
-    prov = synthetic.provenance_record(plan.configs["D_q8_0_n0"], "cell").to_json()
+    prov = synthetic.provenance_record(plan.configs["D_q8_0_n0"], "cell")
     return {(c.config, c.depth): (cached_raw(c.depth, **changes), prov) for c in plan.cached_cells}
 
 
@@ -109,7 +110,7 @@ def test_a_null_metric_is_a_missing_value_never_a_crash(grid):
 
 def test_prefill_is_missing_where_llama_benchy_counts_the_cached_context_as_prefilled(grid):
     plan = depth_plan(grid)
-    prov = synthetic.provenance_record(plan.configs["D_q8_0_n0"], "cell").to_json()
+    prov = synthetic.provenance_record(plan.configs["D_q8_0_n0"], "cell")
     cached = cached_results(plan)
     # pp 2048 over a 256-token context: the server's count (2304) passes llama-benchy's 20 % test
     raw = synthetic.cached_benchy_raw(
@@ -127,12 +128,14 @@ def test_a_failed_cached_cell_is_shown_failed_with_its_reason_and_the_cold_cell_
     cached = cached_results(plan)
     del cached[("D_q8_0_n0", 512)], cached[("D_q8_0_n0", 1024)]
     cell = next(c for c in plan.cached_cells if c.depth == 512)
-    record = synthetic.failure_record(
-        cell,
-        "cell D_q8_0_n0 depth 512 (cached context)",
-        "cell D_q8_0_n0 depth 512 (cached context): boom",
-        prefix_cache=True,
-    ).to_json()
+    record = codec.to_json(
+        synthetic.failure_record(
+            cell,
+            "cell D_q8_0_n0 depth 512 (cached context)",
+            "cell D_q8_0_n0 depth 512 (cached context): boom",
+            prefix_cache=True,
+        )
+    )
     frame = rows(plan, cached, {("D_q8_0_n0", 512): record})
     failed = frame.loc[("D_q8_0_n0", 512)]
     assert failed["cached_status"] == "failed" and failed["cached_reason"].endswith("boom")
@@ -147,11 +150,15 @@ def test_a_failed_cached_cell_is_shown_failed_with_its_reason_and_the_cold_cell_
     ("content", "reason"),
     [
         (
-            json.dumps(synthetic.benchy_raw(256, decode=(1, 0), prefill=(1, 0), ttft_ms=(1, 0))),
+            json.dumps(
+                codec.to_json(synthetic.benchy_raw(256, decode=(1, 0), prefill=(1, 0), ttft_ms=(1, 0)))
+            ),
             "without --enable",
         ),
         (
-            json.dumps(cached_raw(256) | {"benchmarks": cached_raw(256)["benchmarks"][:1]}),
+            json.dumps(
+                codec.to_json(dataclasses.replace(cached_raw(256), benchmarks=cached_raw(256).benchmarks[:1]))
+            ),
             "0 llama-benchy results",
         ),
     ],

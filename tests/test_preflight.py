@@ -7,6 +7,7 @@ import json
 import pytest
 
 from conftest import REPO
+from gridbench import codec
 from gridbench.engines.kinds import engine_kind
 from gridbench.engines.preflight import check_engine
 from gridbench.errors import EngineStartError
@@ -33,7 +34,7 @@ def test_a_cpu_engine_given_every_core_fails_its_check_with_what_to_give_it(demo
 
 def test_the_check_file_names_the_engine_its_image_and_its_configs(demo_config, two_cores):
     check = check_engine(load_grid(demo_config, "test"), "llamacpp")
-    record = json.loads(json.dumps(check.to_json()))
+    record = json.loads(json.dumps(codec.to_json(check)))
     keys = ["engine", "runtime", "image", "image_id", "image_digest", "command", "configs"]
     assert list(record) == keys  # the file's keys, in the order they had as a plain dict
     assert record["engine"] == "llamacpp" and record["runtime"] == check.runtime == "process"

@@ -257,7 +257,7 @@ def test_on_a_terminal_the_same_snapshot_is_a_panel(tmp_path):
 
 
 def event(kind: str, **fields) -> EngineEvent:
-    return EngineEvent("C", kind, NOW, **fields)
+    return EngineEvent("C", kind, **fields)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import pytest
 
 from browser import CHROMIUM, Chromium
 from conftest import REPO, write_config
-from gridbench import layout
+from gridbench import codec, layout
 from gridbench.aggregate import synthetic
 from gridbench.cell import _write_failure, depth_cell
 from gridbench.errors import BenchmarkError
@@ -55,7 +55,7 @@ def write_demo_cells(workdir: Path, config_path: Path) -> None:
             tg=64,
         )
         spec = synthetic.spec_decode(30, [1.0, 0.95, 0.9, 0.9]) if speculates else None
-        prov = synthetic.provenance_record(cfg, f"cell {cell.config} depth {cell.depth}", spec=spec).to_json()
+        prov = synthetic.provenance_record(cfg, f"cell {cell.config} depth {cell.depth}", spec=spec)
         synthetic.write_cell(cell, raw, prov, workdir)
     for cell in nplan.cells:
         cfg = nplan.configs[cell.config]
@@ -68,10 +68,10 @@ def write_demo_cells(workdir: Path, config_path: Path) -> None:
             tpot_ms=(20.0, 25.0),
             output_tokens=64,
             wall_s=10.0,
-        ).to_json()
+        )
         prov = synthetic.provenance_record(
             cfg, "natural", load_generator="gridbench-natural", load_generator_version="0.1.0"
-        ).to_json()
+        )
         synthetic.write_cell(cell, raw, prov, workdir)
 
 
@@ -138,8 +138,10 @@ def test_a_real_cell_gives_graphs_report_and_the_shapes_the_fixtures_assume(work
     real_prov = json.loads((workdir / "results/raw/D_f16_draft4/depth_0.provenance.json").read_text())
     plan = depth_plan(load_grid_files([config_path]))
     cfg = plan.configs["D_f16_draft4"]
-    fake_raw = synthetic.benchy_raw(0, decode=(1.0, 0.0), prefill=(1.0, 0.0), ttft_ms=(1.0, 0.0))
-    fake_prov = synthetic.provenance_record(cfg, "x", spec=synthetic.spec_decode(10, [0.5])).to_json()
+    fake_raw = codec.to_json(
+        synthetic.benchy_raw(0, decode=(1.0, 0.0), prefill=(1.0, 0.0), ttft_ms=(1.0, 0.0))
+    )
+    fake_prov = codec.to_json(synthetic.provenance_record(cfg, "x", spec=synthetic.spec_decode(10, [0.5])))
     assert set(fake_raw) == set(real_raw)
     assert set(fake_raw["benchmarks"][0]) == set(real_raw["benchmarks"][0])
     assert set(fake_prov) == set(real_prov)
@@ -149,4 +151,4 @@ def test_a_real_cell_gives_graphs_report_and_the_shapes_the_fixtures_assume(work
     cell = depth_cell(grid, "D_f16_draft4", ["cpu"], 0)
     _write_failure(cell, BenchmarkError("cell D_f16_draft4 depth 0: it broke"), "2026-01-01T00:00:00+00:00")
     real_failure = json.loads(cell.failure_path().read_text())
-    assert list(synthetic.failure_record(plan.cells[0], "x", "y").to_json()) == list(real_failure)
+    assert list(codec.to_json(synthetic.failure_record(plan.cells[0], "x", "y"))) == list(real_failure)

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gridbench import codec
 from gridbench.engines.policy import SlotView, choose_slots
-from gridbench.engines.runtime import ContainerHandle, ProcessHandle, handle_from_json
+from gridbench.engines.runtime import ContainerHandle, ProcessHandle, RuntimeHandle
 from gridbench.engines.slots import OwnedEngine, SlotHolder, SlotState, SlotStore
 from gridbench.engines.watchdog import WatchdogSpec
 
@@ -57,9 +58,9 @@ OLD_DOCKER_SLOT = {
 
 def test_an_old_slot_file_reads_back_typed_and_writes_the_same_json():
     for old in (OLD_PROCESS_SLOT, OLD_DOCKER_SLOT):
-        state = SlotState.from_json(json.loads(json.dumps(old)), "cpu")
-        assert json.dumps(state.to_json()) == json.dumps(old)  # same keys, values and order
-    state = SlotState.from_json(OLD_PROCESS_SLOT, "cpu")
+        state = codec.from_json(SlotState, json.loads(json.dumps(old)))
+        assert json.dumps(codec.to_json(state)) == json.dumps(old)  # same keys, values and order
+    state = codec.from_json(SlotState, OLD_PROCESS_SLOT)
     assert state.handle == ProcessHandle(
         pid=5151,
         name="gridbench-1a2b3c4d-cpu-d_f16_n0",
@@ -70,17 +71,19 @@ def test_an_old_slot_file_reads_back_typed_and_writes_the_same_json():
     assert state.plan.argv[0] == "python" and isinstance(state.plan.argv, tuple)
     assert state.plan.base_url == "http://127.0.0.1:8100"
     assert state.image.command == ("python", "-m", "x") and state.owner_process == IDENTITY
-    docker = SlotState.from_json(OLD_DOCKER_SLOT, "0")
+    docker = codec.from_json(SlotState, OLD_DOCKER_SLOT)
     assert isinstance(docker.handle, ContainerHandle) and docker.slots == ("0", "1")
-    assert "command" not in docker.image.to_json()
+    assert "command" not in codec.to_json(docker.image)
 
 
-def test_a_slot_record_before_its_watchdog_and_one_that_names_no_slots():
+def test_a_slot_record_before_its_watchdog_and_one_that_names_no_slots(tmp_path):
     early = {k: v for k, v in OLD_PROCESS_SLOT.items() if k not in ("watchdog", "slots")}
     early["ready_s"] = early["version"] = None  # written before the engine answered
-    state = SlotState.from_json(early, "3")
+    (tmp_path / "slot-3.json").write_text(json.dumps(early))
+    state = SlotStore(tmp_path).read_state("3")
+    assert state is not None
     assert state.watchdog is None and state.slots == ("3",) and state.ready_s is None
-    assert "watchdog" not in state.to_json()
+    assert "watchdog" not in codec.to_json(state)
 
 
 def test_handles_round_trip_and_compare_by_value():
@@ -88,27 +91,27 @@ def test_handles_round_trip_and_compare_by_value():
         ProcessHandle(pid=1, name="n", start_time=None, log_path=Path("a.log")),
         ContainerHandle(container_id="c0ffee", name="n", log_path=Path("/abs/a.log")),
     ):
-        again = handle_from_json(json.loads(json.dumps(handle.to_json())))
+        again = codec.from_json(RuntimeHandle, json.loads(json.dumps(codec.to_json(handle))))
         assert again == handle and type(again) is type(handle)
     old = {"runtime": "process", "pid": 7, "name": "n", "start_time": 8, "log_path": "x.log"}
-    assert handle_from_json(old).log_offset == 0  # a handle written before log offsets
+    assert codec.from_json(RuntimeHandle, old).log_offset == 0  # a handle written before log offsets
 
 
 def test_the_slot_store_reads_what_it_wrote_and_forgets_only_its_engine(tmp_path):
     store = SlotStore(tmp_path)
-    state = SlotState.from_json(OLD_DOCKER_SLOT, "0")
+    state = codec.from_json(SlotState, OLD_DOCKER_SLOT)
     for slot in state.slots:
         store.write_state(slot, state)
     assert json.loads((tmp_path / "slot-0.json").read_text()) == OLD_DOCKER_SLOT
     assert store.read_state("1") == state and store.recorded_slots() == ["0", "1"]
     holder = SlotHolder(config="D_f16_n0", fingerprint="abc123", owner="/work/sweep")
     store.write_holder("0", holder)
-    assert json.loads((tmp_path / "holder-0.json").read_text()) == holder.to_json()
+    assert json.loads((tmp_path / "holder-0.json").read_text()) == codec.to_json(holder)
     assert store.read_holder("0") == holder and store.read_holder("1") is None
     (tmp_path / "slot-9.json").write_text("{half a reco")  # a torn or foreign file reads as none
     assert store.read_state("9") is None
 
-    other = SlotState.from_json(OLD_PROCESS_SLOT, "cpu")
+    other = codec.from_json(SlotState, OLD_PROCESS_SLOT)
     store.write_state("1", other)  # slot 1 now runs another engine
     held = store.try_lock("0")  # a cell holds slot 0
     assert held is not None
@@ -120,12 +123,12 @@ def test_the_slot_store_reads_what_it_wrote_and_forgets_only_its_engine(tmp_path
 
 
 def test_a_watchdog_spec_is_the_old_spec_json():
-    state = SlotState.from_json(OLD_PROCESS_SLOT, "cpu")
-    spec = WatchdogSpec(state, Path("/tmp/slots")).to_json()
+    state = codec.from_json(SlotState, OLD_PROCESS_SLOT)
+    spec = codec.to_json(WatchdogSpec(state, Path("/tmp/slots")))
     keys = ("owner", "owner_process", "config", "fingerprint", "slots", "handle")
     assert spec == {**{k: OLD_PROCESS_SLOT[k] for k in keys}, "slot_dir": "/tmp/slots"}
-    again = WatchdogSpec.from_json(json.loads(json.dumps(spec)))
-    assert again.engine == OwnedEngine.owned_from_json(spec) and again.engine.handle == state.handle
+    again = codec.from_json(WatchdogSpec, json.loads(json.dumps(spec)))
+    assert again.engine == codec.from_json(OwnedEngine, spec) and again.engine.handle == state.handle
 
 
 def view(name: str, state: SlotState | None, *, free: bool = True, alive: bool = True) -> SlotView:
@@ -133,7 +136,7 @@ def view(name: str, state: SlotState | None, *, free: bool = True, alive: bool =
 
 
 def test_the_policy_reuses_a_warm_engine_and_starts_new_ones_on_empty_slots_first():
-    ours = SlotState.from_json({**OLD_PROCESS_SLOT, "slots": ["1"]}, "1")
+    ours = codec.from_json(SlotState, {**OLD_PROCESS_SLOT, "slots": ["1"]})
     views = [view("0", None), view("1", ours), view("2", None)]
     try:
         warm = choose_slots(views, "abc123", 1, owner="/work/sweep", order=["0", "1", "2"])

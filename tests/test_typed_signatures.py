@@ -59,5 +59,56 @@ def test_no_free_form_dict_outside_the_json_object_alias():
     )
 
 
+# The functions that take or return a raw JSON document, each at an edge where no record can
+# say its shape yet (or any more); every other function takes and returns records.
+JSON_EDGES = {
+    # the one converter between records and their documents, and its hooks
+    "codec.py": {"to_json", "from_json", "_unstructure_fn", "unstructure", "_structure_fn", "structure"},
+    # a JSON file of any shape, for a reader that only asks whether it is there and whole
+    "files.py": {"read_json"},
+    # the config as YAML and Snakemake give it, before the schema has checked it
+    "loading.py": {
+        "schema",
+        "set_defaults",
+        "_validate",
+        "load_grid",
+        "read_config_file",
+        "load_grid_files",
+        "_merge",
+    },
+    # the validated sections, into records (with the checks the schema cannot make)
+    "resolve.py": {"resolve_grid", "_engine", "_checkpoint", "_speculation"},
+    # a cell's context file, content-addressed: its bytes name the cell's params
+    "grid.py": {"config_dict"},
+    # the chat request as sent: the config's free-form extra_body merged in
+    "harness/natural.py": {"payload"},
+    # the config's free-form extra_body, shown as written
+    "aggregate/report/study.py": {"_extra_body"},
+}
+
+
+def json_signatures(source: str) -> set[str]:
+    """Names of the functions in ``source`` with a JSON object in their signature."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            arguments = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+            annotations = [a.annotation for a in arguments if a.annotation] + [node.returns] * bool(
+                node.returns
+            )
+            if any("JsonObject" in ast.unparse(a) for a in annotations):
+                found.add(node.name)
+    return found
+
+
+def test_json_documents_pass_only_through_the_edges_that_read_and_write_them():
+    found = {
+        path.relative_to(PACKAGE).as_posix(): names
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (names := json_signatures(path.read_text()))
+    }
+    assert found == JSON_EDGES, "take or return a record (gridbench.codec reads and writes it)"
+
+
 def _line(path: Path, line: int) -> str:
     return path.read_text().splitlines()[line - 1]

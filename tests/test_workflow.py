@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from conftest import REPO, free_port, sweep_logs, write_config
-from gridbench import layout
-from gridbench.engines.runtime import ProcessRuntime, handle_from_json
+from gridbench import codec, layout
+from gridbench.engines.runtime import ProcessRuntime, RuntimeHandle
 
 pytestmark = pytest.mark.workflow
 
@@ -212,7 +212,8 @@ def engine_alive(handle: dict) -> bool:
         except docker.errors.NotFound:
             return False
         return True
-    return ProcessRuntime().is_running(handle_from_json(handle))  # a killed engine may linger as a zombie
+    # a killed engine may linger as a zombie
+    return ProcessRuntime().is_running(codec.from_json(RuntimeHandle, handle))
 
 
 def test_an_engine_is_checked_once_everything_its_cells_read_is_there(tmp_path, demo_config, monkeypatch):

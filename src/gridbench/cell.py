@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from gridbench import layout, provenance
+from gridbench import codec, layout, provenance
 from gridbench.cell_records import CellCoordinates, CellProvenance, EngineRecord, FailureRecord, Measured
 from gridbench.engines.events import now_iso
 from gridbench.engines.manager import EngineLease, SlotManager
@@ -163,7 +163,7 @@ def load_depth_cell(context: Path, depth: int, *, prefix_cache: bool = False) ->
     """The cell a ``gridbench bench`` process runs: its config's context file, its depth."""
     shared = json.loads(Path(context).read_text())
     return DepthCell(
-        config=ServingConfig.from_dict(shared["config"]),
+        config=codec.from_json(ServingConfig, shared["config"]),
         slots=shared["slots"],
         depth=depth,
         benchy=BenchySettings(**shared["benchy"]),
@@ -175,11 +175,11 @@ def load_natural_cell(context: Path, prompt_class: str, concurrency: int) -> Nat
     """The cell a ``gridbench natural`` process runs: the context holds every class's prompt."""
     shared = json.loads(Path(context).read_text())
     return NaturalCell(
-        config=ServingConfig.from_dict(shared["config"]),
+        config=codec.from_json(ServingConfig, shared["config"]),
         slots=shared["slots"],
         prompt_class=prompt_class,
         concurrency=concurrency,
-        natural=NaturalSettings.from_dict(shared["natural"]),
+        natural=codec.from_json(NaturalSettings, shared["natural"]),
         prompt=shared["natural"]["prompts"][prompt_class],
     )
 
@@ -266,7 +266,9 @@ def run_cell(spec: Cell, outputs: dict[str, Path]) -> int:
                 raise _engine_died(spec, manager, engine)
             record = CellProvenance(
                 cell=spec.what,
-                config=cfg,
+                config=cfg.name,
+                fingerprint=cfg.fingerprint(),
+                effective_config=provenance.redact_config(cfg),
                 engine=EngineRecord.from_lease(engine, cfg),
                 host=provenance.host_info(),
                 started_at=started_at,
@@ -278,7 +280,7 @@ def run_cell(spec: Cell, outputs: dict[str, Path]) -> int:
             )
             for key, data in measured.files.items():
                 atomic_write_bytes(outputs[key], data)
-            atomic_write_json(outputs["provenance"], record.to_json())
+            atomic_write_json(outputs["provenance"], codec.to_json(record))
         spec.failure_path().unlink(missing_ok=True)
         return 0
     except (GridbenchError, _Interrupted, Exception) as caught:
@@ -374,7 +376,7 @@ def _write_failure(spec: Cell, err: BaseException, started_at: str) -> None:
         ),
     )
     try:
-        atomic_write_json(spec.failure_path(), record.to_json())
+        atomic_write_json(spec.failure_path(), codec.to_json(record))
     except OSError as err:  # e.g. the full disk that failed the cell: its log still says why
         log.info(f"  the failure record {spec.failure_path()} could not be written: {err}")
     log.info(f"FAILED {provenance.scrub(reason)}")

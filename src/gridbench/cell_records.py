@@ -1,21 +1,20 @@
 """What a cell writes: its provenance record beside a result, or its failure record instead;
-each record's ``to_json`` is its file's part, byte for byte what the datasets read back.
+each record's fields are its file's keys (written by gridbench.codec), what the datasets read back.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gridbench import provenance
+from gridbench import codec, provenance
 from gridbench.engines.runtime import ImageInfo
-from gridbench.files import JsonObject
 from gridbench.grid import ServingConfig
+from gridbench.harness.natural import WarmupOutcome
 from gridbench.spec_metrics import Acceptance
 
-if TYPE_CHECKING:  # annotations only: reading and writing records needs no engine or harness
+if TYPE_CHECKING:  # annotations only: reading and writing records needs no engine
     from gridbench.engines.manager import EngineLease
-    from gridbench.harness.natural import WarmupOutcome
 
 
 @dataclass(frozen=True)
@@ -27,15 +26,6 @@ class BenchyInvocation:
     finished_at: str
     wall_s: float
     discarded_attempts: tuple[str, ...]  # why each earlier attempt was measured again
-
-    def to_json(self) -> JsonObject:
-        return {
-            "argv": list(self.argv),
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "wall_s": self.wall_s,
-            "discarded_attempts": list(self.discarded_attempts),
-        }
 
 
 @dataclass(frozen=True)
@@ -49,17 +39,6 @@ class NaturalInvocation:
     wall_s: float  # of the measured requests alone
     harness_processes: int
     warmup: tuple[WarmupOutcome, ...]
-
-    def to_json(self) -> JsonObject:
-        return {
-            "url": self.url,
-            "model": self.model,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "wall_s": self.wall_s,
-            "harness_processes": self.harness_processes,
-            "warmup": [asdict(w) for w in self.warmup],
-        }
 
 
 @dataclass(frozen=True)
@@ -90,7 +69,7 @@ class EngineRecord:
 
     kind: str
     runtime: str
-    image: ImageInfo
+    image: ImageInfo = field(metadata=codec.INLINE)  # its keys among the engine's
     version: str | None
     serve_argv: tuple[str, ...]
     serve_command: str
@@ -101,23 +80,6 @@ class EngineRecord:
     started_at: str
     startup_s: float | None
     reused: bool
-
-    def to_json(self) -> JsonObject:
-        return {
-            "kind": self.kind,
-            "runtime": self.runtime,
-            **self.image.to_json(),
-            "version": self.version,
-            "serve_argv": list(self.serve_argv),
-            "serve_command": self.serve_command,
-            "base_url": self.base_url,
-            "slot": self.slot,
-            "slots": list(self.slots),
-            "gpus": [asdict(gpu) for gpu in self.gpus],
-            "started_at": self.started_at,
-            "startup_s": self.startup_s,
-            "reused": self.reused,
-        }
 
     @classmethod
     def from_lease(cls, engine: EngineLease, cfg: ServingConfig) -> EngineRecord:
@@ -139,38 +101,26 @@ class EngineRecord:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CellProvenance:
     """A cell's provenance file: what measured it (engine, load generator), where, and when."""
 
+    schema: str = provenance.SCHEMA
     cell: str  # how messages name the cell
-    config: ServingConfig  # as the cell's engine served it
+    config: str  # the config's name
+    fingerprint: str  # ServingConfig.fingerprint: the engine it names
+    effective_config: ServingConfig  # as the cell's engine served it, secrets redacted
     engine: EngineRecord
     host: provenance.HostInfo
     started_at: str
     finished_at: str
     versions: provenance.Versions
     # None only in the report fixtures' natural records (aggregate/synthetic.py), which have no bench
-    bench: BenchyInvocation | NaturalInvocation | None
+    bench: BenchyInvocation | NaturalInvocation | None = field(
+        default=None, metadata=codec.OMITTED_WHEN_DEFAULT
+    )
     prefix_cache_reset: bool  # whether the engine's prefix cache was emptied before the cell
     spec_decode: Acceptance | None  # None without speculation
-
-    def to_json(self) -> JsonObject:
-        return {
-            "schema": provenance.SCHEMA,
-            "cell": self.cell,
-            "config": self.config.name,
-            "fingerprint": self.config.fingerprint(),
-            "effective_config": provenance.redact_config(self.config.to_dict()),
-            "engine": self.engine.to_json(),
-            "host": self.host.to_json(),
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "versions": asdict(self.versions),
-            **({"bench": self.bench.to_json()} if self.bench else {}),
-            "prefix_cache_reset": self.prefix_cache_reset,
-            "spec_decode": self.spec_decode.to_json() if self.spec_decode else None,
-        }
 
 
 @dataclass(frozen=True)
@@ -180,7 +130,7 @@ class FailureRecord:
     cell: str  # how messages name the cell
     config: str
     kind: str  # the cell's kind: "benchy" or "natural"
-    coordinates: CellCoordinates
+    coordinates: CellCoordinates = field(metadata=codec.INLINE)
     error_type: str  # the error's class name, or "interrupted"
     reason: str
     hint: str | None
@@ -189,23 +139,5 @@ class FailureRecord:
     started_at: str
     failed_at: str
     cell_log: str
-    traceback: str | None = None  # only for an error gridbench did not raise itself
-
-    def to_json(self) -> JsonObject:
-        record: JsonObject = {
-            "cell": self.cell,
-            "config": self.config,
-            "kind": self.kind,
-            **asdict(self.coordinates),
-            "error_type": self.error_type,
-            "reason": self.reason,
-            "hint": self.hint,
-            "exit_code": self.exit_code,
-            "engine_log_tail": self.engine_log_tail,
-            "started_at": self.started_at,
-            "failed_at": self.failed_at,
-            "cell_log": self.cell_log,
-        }
-        if self.traceback is not None:
-            record["traceback"] = self.traceback
-        return record
+    # only for an error gridbench did not raise itself
+    traceback: str | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)

@@ -86,12 +86,13 @@ def cmd_engine_command(args: argparse.Namespace) -> int:
 
 
 def cmd_engine_check(args: argparse.Namespace) -> int:
+    from gridbench import codec
     from gridbench.engines.preflight import check_engine
     from gridbench.files import atomic_write_json
 
     grid = _grid_from_json(args.grid)
     check = check_engine(grid, args.engine)
-    atomic_write_json(args.out, check.to_json())
+    atomic_write_json(args.out, codec.to_json(check))
     print(f"engine {args.engine}: ready to start ({check.image.image or check.runtime})")
     return 0
 

@@ -8,9 +8,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-# A JSON object as a file, an HTTP body or a config section holds it: free-form until a typed
-# record reads it (its from_json) or once a record has written it (its to_json). Elsewhere,
-# signatures take typed records (tests/test_typed_signatures.py keeps it so).
+# A JSON object as a file, an HTTP body or a config section holds it: free-form until
+# gridbench.codec reads it into a record, or once the codec has written a record as one.
+# Elsewhere, signatures take typed records (tests/test_typed_signatures.py keeps it so).
 JsonObject = dict[str, Any]
 
 _UMASK = os.umask(0)
@@ -41,3 +41,13 @@ def atomic_write_text(path: Path, text: str) -> Path:
 def atomic_write_json(path: Path, data: Any) -> Path:
     """Strict JSON (NaN is refused: callers turn missing values into null)."""
     return atomic_write_text(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
+
+
+def read_json(path: Path) -> JsonObject | None:
+    """The JSON object in ``path``; None where the file is absent or holds no JSON object (a
+    torn or foreign file). Other errors, such as a file this user may not read, are raised."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (FileNotFoundError, ValueError):  # ValueError: not JSON, or not even text
+        return None
+    return data if isinstance(data, dict) else None

@@ -9,9 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
-from typing import Literal, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
+from gridbench import codec
 from gridbench.errors import ConfigError
 from gridbench.files import JsonObject
 from gridbench.harness.prompts import NaturalSettings
@@ -146,9 +147,6 @@ class ServingConfig:
     def files(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(self.engine.files + self.checkpoint.files + self.speculation.files))
 
-    def to_dict(self) -> JsonObject:
-        return asdict(self)
-
     def with_prefix_cache(self) -> ServingConfig:
         """The config as its prefix-cache pass serves it: the engine's prefix cache on. A
         config that has it off gets a second engine (another fingerprint), so its cold cells
@@ -157,7 +155,7 @@ class ServingConfig:
 
     def fingerprint(self) -> str:
         """Hash of everything that decides how the engine is started."""
-        data = self.to_dict()
+        data = codec.to_json(self)
         data.pop("label")
         data.pop("bench_extra_body")
         data["engine"].pop("label")
@@ -165,33 +163,6 @@ class ServingConfig:
         data["speculation"].pop("label")
         encoded = json.dumps(data, sort_keys=True, default=str).encode()
         return hashlib.sha256(encoded).hexdigest()[:16]
-
-    @classmethod
-    def from_dict(cls, data: JsonObject) -> ServingConfig:
-        """The inverse of to_dict: a cell's context holds its config as that JSON."""
-        return cls(
-            name=data["name"],
-            label=data["label"],
-            engine=_part_from_dict(Engine, data["engine"]),
-            checkpoint=_part_from_dict(Checkpoint, data["checkpoint"]),
-            speculation=_part_from_dict(Speculation, data["speculation"]),
-            serving=Serving(**data["serving"]),
-            extra_args=tuple(data["extra_args"]),
-            env=dict(data["env"]),
-            volumes=tuple(Volume(**v) for v in data["volumes"]),
-            bench_extra_body=dict(data["bench_extra_body"]),
-        )
-
-
-_Part = TypeVar("_Part", Engine, Checkpoint, Speculation)
-
-
-def _part_from_dict(part: type[_Part], data: JsonObject) -> _Part:
-    """An Engine, Checkpoint or Speculation from its to_dict JSON, where tuples became lists."""
-    values: JsonObject = {
-        key: tuple(value) if isinstance(value, list) else value for key, value in data.items()
-    }
-    return part(**{**values, "volumes": tuple(Volume(**v) for v in data["volumes"])})
 
 
 @dataclass(frozen=True)
@@ -217,16 +188,6 @@ class StudyInfo:
     hardware: Hardware = Hardware()
     capacity: CapacityTargets = CapacityTargets()
 
-    @classmethod
-    def from_dict(cls, data: JsonObject) -> StudyInfo:
-        return cls(
-            title=data.get("title"),
-            description=data.get("description"),
-            baseline=dict(data.get("baseline") or {}),
-            hardware=Hardware(**data.get("hardware", {})),
-            capacity=CapacityTargets(**data.get("capacity", {})),
-        )
-
 
 @dataclass(frozen=True)
 class Grid:
@@ -248,9 +209,10 @@ class Grid:
     _dicts: dict[str, JsonObject] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def config_dict(self, name: str) -> JsonObject:
-        """``configs[name].to_dict()``, computed once: the workflow asks for it per cell."""
+        """``configs[name]`` as a cell's context holds it, computed once: the workflow asks
+        for it per cell."""
         if name not in self._dicts:
-            self._dicts[name] = self.configs[name].to_dict()
+            self._dicts[name] = codec.to_json(self.configs[name])
         return self._dicts[name]
 
     def selected(self) -> list[ServingConfig]:

@@ -10,11 +10,12 @@ import shlex
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import gridbench
-from gridbench import layout, provenance
+from gridbench import codec, layout, provenance
 from gridbench.cell_records import BenchyInvocation, Measured, NaturalInvocation
 from gridbench.engines import probe
 from gridbench.engines.events import now_iso
@@ -130,7 +131,9 @@ def measure_natural(spec: NaturalCell, engine: EngineLease, scratch: Path) -> Me
 
     cfg = spec.serving_config
     settings = spec.natural
-    plan = natural.level_plan(settings, spec.prompt, spec.concurrency, cfg.bench_extra_body)
+    # the config's bench extra_body over the harness's
+    settings = replace(settings, extra_body={**settings.extra_body, **cfg.bench_extra_body})
+    plan = natural.level_plan(settings, spec.prompt, spec.concurrency)
     endpoint = natural.Endpoint(engine.base_url, cfg.checkpoint.served_model_name, engine.headers)
     cache_reset = engine_kind(cfg.engine.kind).reset_prefix_cache(engine.base_url, engine.headers)
     started_at = now_iso()
@@ -158,7 +161,7 @@ def measure_natural(spec: NaturalCell, engine: EngineLease, scratch: Path) -> Me
     result = natural.level_result(
         config=cfg.name, prompt_class=spec.prompt_class, plan=plan, traces=traces, spec_decode=spec_decode
     )
-    raw = (json.dumps(result.to_json(), indent=1, allow_nan=False) + "\n").encode()
+    raw = (json.dumps(codec.to_json(result), indent=1, allow_nan=False) + "\n").encode()
     summary = result.summary
     error_rate = summary.error_rate or 0.0  # None only for a level of no requests
     if error_rate > settings.max_error_rate:

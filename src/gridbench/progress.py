@@ -20,10 +20,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from gridbench import layout
-from gridbench.files import JsonObject
+import cattrs
+
+from gridbench import codec, layout
+from gridbench.files import read_json
 from gridbench.grid import Grid
 from gridbench.plan import depth_plan, natural_plan
 
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
 # tempfile.mkdtemp's random tail of a scratch folder's name
 _SCRATCH_TAIL_CHARS = 8
 POLL_S = 2.0  # how often a follower looks for a cell started or ended
+
+Line = TypeVar("Line")
 
 
 @dataclass(frozen=True)
@@ -141,12 +145,36 @@ class CellObservation:
 
 @dataclass(frozen=True)
 class EngineEvent:
-    """One line of logs/engines/events.jsonl."""
+    """One line of logs/engines/events.jsonl (engines.events.log_event), the keys progress reads;
+    the lines are in the order of the events, so their times are not needed."""
 
     config: str
     event: str  # start, ready, reuse, stop, reclaim
-    at: datetime
-    ready_s: float | None = None
+    ready_s: float | None = None  # a ready event's
+
+
+@dataclass(frozen=True)
+class NaturalProgressLine:
+    """One line of a natural cell's progress file (harness.natural.progress_file): written
+    when a request of the phase ended."""
+
+    phase: str  # "measured", or "warm-up"
+    done: int  # the phase's requests ended so far
+    total: int  # the phase's requests
+    status: str  # the request's: "ok", or how it failed
+    output_tokens: int  # of the phase's ok requests so far
+    elapsed_s: float  # since the phase began
+
+
+@dataclass(frozen=True)
+class BenchyEvent:
+    """One line of llama-benchy's --emit-progress file, the keys progress reads (the others
+    describe requests as they start and stream)."""
+
+    type: str  # "request_end" once a request ended
+    error: str | None = None  # empty or None when it succeeded
+    total_tokens: int | None = None  # the tokens it generated
+    decode_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -283,18 +311,18 @@ def _eta(
 
 def benchy_requests(text: str, expected: int) -> RequestProgress:
     """llama-benchy's --emit-progress events so far (a line still being written is skipped)."""
-    ended = [e for e in _json_lines(text) if e.get("type") == "request_end"]
+    ended = [e for e in _json_lines(BenchyEvent, text) if e.type == "request_end"]
     rates = [
-        e["total_tokens"] / e["decode_seconds"]
+        e.total_tokens / e.decode_seconds
         for e in ended
-        if not e.get("error") and e.get("total_tokens") and e.get("decode_seconds")
+        if not e.error and e.total_tokens and e.decode_seconds
     ]
     return RequestProgress(
         load_generator="llama-benchy",
         phase="measured",
         requests_done=len(ended),
         requests_expected=expected,
-        requests_failed=sum(1 for e in ended if e.get("error")),
+        requests_failed=sum(1 for e in ended if e.error),
         tok_s=statistics.mean(rates) if rates else None,
         tok_s_meaning="decode per request",
     )
@@ -302,32 +330,33 @@ def benchy_requests(text: str, expected: int) -> RequestProgress:
 
 def natural_requests(text: str, expected: int) -> RequestProgress:
     """The natural harness's progress lines (harness.natural.progress_file): the latest phase."""
-    lines = [line for line in _json_lines(text) if "phase" in line]
+    lines = _json_lines(NaturalProgressLine, text)
     if not lines:
         return RequestProgress("natural", "measured", 0, expected, 0, None, "output, all requests")
     last = lines[-1]
-    of_phase = [line for line in lines if line["phase"] == last["phase"]]
-    elapsed_s = last.get("elapsed_s") or 0
+    of_phase = [line for line in lines if line.phase == last.phase]
     return RequestProgress(
         load_generator="natural",
-        phase=last["phase"],
-        requests_done=last["done"],
-        requests_expected=last["total"],
-        requests_failed=sum(1 for line in of_phase if line.get("status") != "ok"),
-        tok_s=last["output_tokens"] / elapsed_s if elapsed_s > 0 else None,
+        phase=last.phase,
+        requests_done=last.done,
+        requests_expected=last.total,
+        requests_failed=sum(1 for line in of_phase if line.status != "ok"),
+        tok_s=last.output_tokens / last.elapsed_s if last.elapsed_s > 0 else None,
         tok_s_meaning="output, all requests",
     )
 
 
-def _json_lines(text: str) -> list[JsonObject]:
+def _json_lines(cls: type[Line], text: str) -> list[Line]:
+    """The ``cls`` records of a JSON-lines text; a line of another shape is skipped, as is
+    the line its writer is still appending."""
     records = []
     for line in text.splitlines():
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # the line the writer is still appending
-        if isinstance(record, dict):
-            records.append(record)
+            document = json.loads(line)
+            if isinstance(document, dict):
+                records.append(codec.from_json(cls, document))
+        except (json.JSONDecodeError, cattrs.BaseValidationError):
+            continue
     return records
 
 
@@ -426,14 +455,6 @@ def _parse_time(text: str | None) -> datetime | None:
         return None
 
 
-def _read_json(path: Path) -> JsonObject | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None  # absent, or being replaced
-    return data if isinstance(data, dict) else None
-
-
 @dataclass
 class WorkdirReader:
     """Reads the cells' files under ``root``; a finished cell's duration is read once."""
@@ -452,7 +473,7 @@ class WorkdirReader:
                     CellObservation(cell, finished=True, duration_s=self._duration_s(cell.provenance))
                 )
                 continue
-            failure = _read_json(self.root / cell.failure)
+            failure = read_json(self.root / cell.failure)
             running = scratch.get(cell.scratch_name)
             observations.append(
                 CellObservation(
@@ -469,12 +490,7 @@ class WorkdirReader:
             text = (self.root / layout.ENGINE_EVENTS).read_text()
         except FileNotFoundError:
             return []
-        events = []
-        for record in _json_lines(text):
-            at = _parse_time(record.get("ts"))
-            if at is not None and "config" in record and "event" in record:
-                events.append(EngineEvent(record["config"], record["event"], at, record.get("ready_s")))
-        return events
+        return _json_lines(EngineEvent, text)
 
     def snapshot(
         self, *, sweep_started_at: datetime | None = None, with_requests: bool = True
@@ -501,7 +517,7 @@ class WorkdirReader:
 
     def _duration_s(self, provenance: str) -> float | None:
         if provenance not in self._durations:
-            record = _read_json(self.root / provenance) or {}
+            record = read_json(self.root / provenance) or {}
             started, finished = _parse_time(record.get("started_at")), _parse_time(record.get("finished_at"))
             if started is None or finished is None:
                 return None  # not cached: it may be read while being replaced

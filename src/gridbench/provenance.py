@@ -9,11 +9,12 @@ import shutil
 import socket
 import subprocess
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 import gridbench
-from gridbench.files import JsonObject
+from gridbench import codec
+from gridbench.grid import ServingConfig
 
 SCHEMA = "gridbench.provenance.v1"
 # a variable name with one of these words in it holds a secret (HF_TOKEN, VLLM_API_KEY, ...)
@@ -25,12 +26,11 @@ def redact_env(env: dict[str, str]) -> dict[str, str]:
     return {k: (REDACTED if SECRET_NAME.search(k) else v) for k, v in env.items()}
 
 
-def redact_config(data: JsonObject) -> JsonObject:
-    """A config dict (ServingConfig.to_dict) with secret-looking env values redacted."""
-    out = dict(data)
-    out["env"] = redact_env(data.get("env", {}))
-    out["engine"] = {**data["engine"], "env": redact_env(data["engine"].get("env", {}))}
-    return out
+def redact_config(config: ServingConfig) -> ServingConfig:
+    """The config with its and its engine's secret-looking env values redacted."""
+    return replace(
+        config, env=redact_env(config.env), engine=replace(config.engine, env=redact_env(config.engine.env))
+    )
 
 
 def scrub(text: str) -> str:
@@ -105,22 +105,9 @@ class HostInfo:
     machine: str
     cpu_count: int | None
     python: str
-    gpus: GpuInfo
-    slurm_job_id: str | None  # the cluster job that measured the cell, when one did
-
-    def to_json(self) -> JsonObject:
-        """The provenance record's ``host``: the GPU's keys among the host's, the job's when there is one."""
-        record: JsonObject = {
-            "hostname": self.hostname,
-            "platform": self.platform,
-            "machine": self.machine,
-            "cpu_count": self.cpu_count,
-            "python": self.python,
-            **asdict(self.gpus),
-        }
-        if self.slurm_job_id is not None:
-            record["slurm_job_id"] = self.slurm_job_id
-        return record
+    gpus: GpuInfo = field(metadata=codec.INLINE)  # the GPU's keys among the host's
+    # the cluster job that measured the cell, when one did
+    slurm_job_id: str | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
 
 
 @cache

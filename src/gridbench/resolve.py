@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 
+from gridbench import codec
 from gridbench.engines.kinds import engine_kind
 from gridbench.errors import ConfigError
 from gridbench.files import JsonObject
@@ -99,8 +100,8 @@ def resolve_grid(document: JsonObject, source: str) -> Grid:
                 hint="lower benchy.pp/tg or raise serving.max_model_len",
             )
     depths = tuple(sorted(document.get("depths", ())))
-    natural = NaturalSettings.from_dict(document["natural"]) if "natural" in document else None
-    study = StudyInfo.from_dict(document.get("study", {}))
+    natural = codec.from_json(NaturalSettings, document["natural"]) if "natural" in document else None
+    study = codec.from_json(StudyInfo, document.get("study", {}))
     if not depths and natural is None:
         raise ConfigError(
             f"{source}: the study measures nothing: depths is empty and there is no natural section",

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gridbench.engines.kinds import KINDS
-from gridbench.files import JsonObject
 
 PREFIXES = tuple(kind.spec_metrics_prefix for kind in KINDS.values())
 _FIELDS = {
@@ -67,7 +66,8 @@ def parse_spec_counters(text: str) -> SpecCounters:
 @dataclass(frozen=True)
 class Acceptance:
     """The counters' deltas over a measured window and the rates derived from them (None
-    when undefined); ``window`` says which requests the window spans."""
+    when undefined); ``window`` says which requests the window spans. The ``spec_decode``
+    record of a provenance and a natural result file."""
 
     counters_present: bool
     delta_drafts: float
@@ -78,21 +78,6 @@ class Acceptance:
     mean_acceptance_length: float | None
     acceptance_per_position: tuple[float, ...] | None
     window: str
-
-    def to_json(self) -> JsonObject:
-        """The ``spec_decode`` record of a provenance and a natural result file."""
-        per_position = self.acceptance_per_position
-        return {
-            "counters_present": self.counters_present,
-            "delta_drafts": self.delta_drafts,
-            "delta_draft_tokens": self.delta_draft_tokens,
-            "delta_accepted_tokens": self.delta_accepted_tokens,
-            "delta_accepted_per_pos": list(self.delta_accepted_per_pos),
-            "acceptance_rate": self.acceptance_rate,
-            "mean_acceptance_length": self.mean_acceptance_length,
-            "acceptance_per_position": None if per_position is None else list(per_position),
-            "window": self.window,
-        }
 
 
 def acceptance(before: SpecCounters, after: SpecCounters, window: str) -> Acceptance:

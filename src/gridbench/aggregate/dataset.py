@@ -16,10 +16,11 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from gridbench import codec
 from gridbench.aggregate.records import (
     AcceptanceColumns,
     CellFailure,
@@ -28,19 +29,21 @@ from gridbench.aggregate.records import (
     MeasuredCell,
     PlannedCell,
     Provenance,
+    Row,
+    Scalar,
     column_names,
     read_cells,
     row_columns,
     row_record,
 )
 from gridbench.errors import ResultFileError
-from gridbench.files import JsonObject, atomic_write_bytes, atomic_write_text
+from gridbench.files import atomic_write_bytes, atomic_write_text
 from gridbench.harness.benchy import (
     CACHED_REQUIRED_METRICS,
     REQUIRED_METRICS,
+    UNMEASURED,
     BenchyEntry,
     BenchyResult,
-    Metric,
     entries_at,
 )
 from gridbench.plan import DepthCellPlan, DepthPlan
@@ -225,7 +228,7 @@ def cached_measures(result: BenchyResult, depth: int, cold_ttft_ms: float | None
     entry = cached_entry(result, depth)
     ttft = entry.e2e_ttft
     pp = entry.prompt_size
-    prefill = entry.pp_throughput if pp and depth >= CACHED_PREFILL_MIN_DEPTH_RATIO * pp else Metric()
+    prefill = entry.pp_throughput if pp and depth >= CACHED_PREFILL_MIN_DEPTH_RATIO * pp else UNMEASURED
     return Cached(
         cached_status="ok",
         ttft_ms_cached=ttft.mean,
@@ -342,50 +345,69 @@ def to_frame(rows: Sequence[DepthRow]) -> pd.DataFrame:
     return frame.drop(columns="_rank").reset_index(drop=True)
 
 
-def plain_records(frame: pd.DataFrame) -> list[JsonObject]:
+def plain_records(frame: pd.DataFrame) -> list[Row]:
     """The rows as plain Python values, None for every missing one (never NaN)."""
-    records: list[JsonObject] = frame.astype(object).where(frame.notna(), None).to_dict("records")
+    records: list[Row] = frame.astype(object).where(frame.notna(), None).to_dict("records")
     return records
 
 
-def to_json_document(frame: pd.DataFrame, versions: Mapping[str, str | None]) -> JsonObject:
-    """The seeds' {config: {meta, version, rows}} shape, with null for every missing value.
-    ``partial`` says whether any of the config's cells failed."""
+# a row of the JSON dataset: its columns' values, the per-position rates as a list
+JsonRow = dict[str, Scalar | list[float]]
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One config's entry of the JSON dataset (the seeds' shape), with null for every
+    missing value."""
+
+    meta: dict[str, Scalar]  # the config's identity columns
+    version: str | None  # llama-benchy's
+    dataset_version: int
+    partial: bool  # whether any of the config's cells failed
+    cells: dict[str, int]  # how many are ok, failed and skipped
+    rows: tuple[JsonRow, ...]
+
+
+def to_json_document(frame: pd.DataFrame, versions: Mapping[str, str | None]) -> dict[str, ConfigEntry]:
+    """The seeds' {config: {meta, version, rows}} shape: one entry per config."""
     row_columns = [c for c in COLUMNS if c not in CONFIG_META]
-    groups: dict[str, list[JsonObject]] = {}
+    groups: dict[str, list[Row]] = {}
     for record in plain_records(frame):
-        groups.setdefault(record["config"], []).append(record)
-    document: JsonObject = {}
+        groups.setdefault(str(record["config"]), []).append(record)
+    document = {}
     for config, group in groups.items():
         rows = []
         for record in group:
-            row = {c: record[c] for c in row_columns}
-            if row["acceptance_per_position"] is not None:
-                row["acceptance_per_position"] = json.loads(row["acceptance_per_position"])
+            row: JsonRow = {c: record[c] for c in row_columns}
+            per_position = record["acceptance_per_position"]
+            if per_position is not None:
+                row["acceptance_per_position"] = json.loads(str(per_position))
             rows.append(row)
         statuses = [r["status"] for r in rows]
-        document[config] = {
-            "meta": {c: group[0][c] for c in CONFIG_META},
-            "version": versions.get(config),
-            "dataset_version": DATASET_VERSION,
-            "partial": "failed" in statuses,
-            "cells": {s: statuses.count(s) for s in ("ok", "failed", "skipped")},
-            "rows": rows,
-        }
+        document[config] = ConfigEntry(
+            meta={c: group[0][c] for c in CONFIG_META},
+            version=versions.get(config),
+            dataset_version=DATASET_VERSION,
+            partial="failed" in statuses,
+            cells={s: statuses.count(s) for s in ("ok", "failed", "skipped")},
+            rows=tuple(rows),
+        )
     return document
 
 
-def document_text(document: JsonObject) -> str:
+def document_text(document: Mapping[str, ConfigEntry]) -> str:
     """The JSON document with one row per line: readable, and written by the C encoder
     (json's indent= falls back to the pure-Python one, several times slower)."""
 
-    def dump(value: Any) -> str:
+    def dump(value: object) -> str:
         return json.dumps(value, allow_nan=False)
 
     entries = []
     for config, entry in document.items():
-        head = [f"    {dump(key)}: {dump(value)}," for key, value in entry.items() if key != "rows"]
-        rows = ",\n".join(f"      {dump(row)}" for row in entry["rows"])
+        head = [
+            f"    {dump(key)}: {dump(value)}," for key, value in codec.to_json(entry).items() if key != "rows"
+        ]
+        rows = ",\n".join(f"      {dump(row)}" for row in entry.rows)
         entries.append(f"  {dump(config)}: {{\n" + "\n".join(head) + f'\n    "rows": [\n{rows}\n    ]\n  }}')
     return "{\n" + ",\n".join(entries) + "\n}\n"
 

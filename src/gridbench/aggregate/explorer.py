@@ -15,12 +15,13 @@ import html
 import itertools
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
 
+from gridbench import codec
 from gridbench.aggregate import analysis
 from gridbench.aggregate.analysis import CellMeasures, Measure, Speedup
 from gridbench.aggregate.records import (
@@ -31,7 +32,7 @@ from gridbench.aggregate.records import (
     optional_int,
     optional_str,
 )
-from gridbench.files import JsonObject, atomic_write_text
+from gridbench.files import atomic_write_text
 from gridbench.grid import StudyInfo
 
 # matplotlib's tab10, then tab20b's darker half: the PNG graphs' colours for the first ten
@@ -187,6 +188,21 @@ def explorer_data(
 
 
 @dataclass(frozen=True)
+class PlotlyAxis:
+    """An axis as plotly's layout takes it: plotly's keys in this order (the page's bytes),
+    a setting left at None left out (plotly's default)."""
+
+    title: str
+    type: str | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
+    categoryorder: str | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
+    categoryarray: tuple[str, ...] | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
+    tickvals: tuple[int, ...] | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
+    ticktext: tuple[str, ...] | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
+    dtick: int | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
+    range: tuple[float, float] | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
+
+
+@dataclass(frozen=True)
 class Axis:
     """A graph axis: its title and how it scales and ticks (None: plotly's default)."""
 
@@ -197,20 +213,18 @@ class Axis:
     dtick: int | None = None
     range: tuple[float, float] | None = None
 
-    def to_plotly(self) -> JsonObject:
-        """The axis as plotly's layout takes it (the keys in this order: the page's bytes)."""
-        settings: JsonObject = {"title": self.title}
-        if self.scale is not None:
-            settings["type"] = self.scale
-        if self.categories is not None:
-            settings |= {"categoryorder": "array", "categoryarray": list(self.categories)}
-        if self.ticks is not None:
-            settings |= {"tickvals": list(self.ticks), "ticktext": [str(t) for t in self.ticks]}
-        if self.dtick is not None:
-            settings["dtick"] = self.dtick
-        if self.range is not None:
-            settings["range"] = list(self.range)
-        return settings
+    def to_plotly(self) -> PlotlyAxis:
+        categories, ticks = self.categories, self.ticks
+        return PlotlyAxis(
+            title=self.title,
+            type=self.scale,
+            categoryorder=None if categories is None else "array",
+            categoryarray=None if categories is None else tuple(categories),
+            tickvals=None if ticks is None else tuple(ticks),
+            ticktext=None if ticks is None else tuple(str(t) for t in ticks),
+            dtick=self.dtick,
+            range=self.range,
+        )
 
 
 def _measure(measure: Measure | None, unit: str) -> str:
@@ -305,8 +319,8 @@ def _figure(title: str, xaxis: Axis, yaxis: Axis, empty_reason: str) -> go.Figur
     grid = {"gridcolor": "#e5e5e5", "zeroline": False}
     fig.update_layout(
         title=title,
-        xaxis={**grid, **xaxis.to_plotly()},
-        yaxis={**grid, **yaxis.to_plotly()},
+        xaxis={**grid, **codec.to_json(xaxis.to_plotly())},
+        yaxis={**grid, **codec.to_json(yaxis.to_plotly())},
         height=480,
         margin={"t": 60, "r": 20},
         hoverlabel={"align": "left", "font": {"family": "monospace", "size": 11}},

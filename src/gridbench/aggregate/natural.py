@@ -8,11 +8,12 @@ reason from its failure record. ``rows_from_results`` is pure.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from gridbench import codec
 from gridbench.aggregate import dataset
 from gridbench.aggregate.records import (
     AcceptanceColumns,
@@ -22,12 +23,12 @@ from gridbench.aggregate.records import (
     Failure,
     MeasuredCell,
     Provenance,
-    column_names,
+    RecordedAcceptance,
     read_cells,
     row_columns,
+    typed_document,
 )
 from gridbench.errors import ResultFileError
-from gridbench.files import JsonObject
 from gridbench.plan import NaturalCellPlan, NaturalPlan
 
 SCHEMA = "gridbench.natural.v1"
@@ -43,7 +44,8 @@ class Coordinates:
 
 @dataclass(frozen=True)
 class Summary:
-    """The harness's summary of a cell's requests (its raw file's ``summary``)."""
+    """The harness's summary of a cell's requests: its raw file's ``summary``, but the
+    percentile warnings (``Warnings``)."""
 
     requests: int | None = None
     ok: int | None = None
@@ -73,13 +75,26 @@ class Summary:
     req_tok_s_p50: float | None = None
     req_tok_s_p95: float | None = None
     req_tok_s_p99: float | None = None
+
+
+@dataclass(frozen=True)
+class Warnings:
+    """Why a summary's percentiles mean little, as one column."""
+
     percentile_warnings: str | None = None  # "; "-joined
 
-    @classmethod
-    def from_json(cls, summary: JsonObject) -> Summary:
-        warnings = summary.get("percentile_warnings") or []
-        measured = {column: summary.get(column) for column in SUMMARY}
-        return cls(**measured, percentile_warnings="; ".join(warnings) if warnings else None)
+
+@dataclass(frozen=True)
+class HarnessSummary:
+    """The raw file's ``summary``: the measured columns under their own keys, and why a
+    percentile means little (a list)."""
+
+    measured: Summary = field(default_factory=Summary, metadata=codec.INLINE)
+    percentile_warnings: tuple[str, ...] | None = None
+
+    @property
+    def warnings(self) -> Warnings:
+        return Warnings("; ".join(self.percentile_warnings) if self.percentile_warnings else None)
 
 
 @dataclass(frozen=True)
@@ -96,6 +111,7 @@ class NaturalRow:
     coordinates: Coordinates
     status: dataset.Status
     summary: Summary | None = None
+    warnings: Warnings | None = None
     settings: Settings | None = None
     acceptance: AcceptanceColumns | None = None
     provenance: Provenance | None = None
@@ -103,7 +119,6 @@ class NaturalRow:
     files: dataset.Files | None = None
 
 
-SUMMARY = [c for c in column_names(Summary) if c != "percentile_warnings"]
 COLUMNS = row_columns(NaturalRow)
 INTEGERS = [
     "num_speculative_tokens",
@@ -131,15 +146,15 @@ FLOATS = [
 @dataclass(frozen=True)
 class NaturalResult:
     """The harness's raw file (schema ``gridbench.natural.v1``) as far as the dataset reads
-    it: which cell it holds, its summary and settings, and its own acceptance window (None
+    it: which cell it holds, its settings and summary, and its own acceptance window (None
     without speculation)."""
 
-    config: str | None
-    prompt_class: str | None
-    concurrency: int | None
-    summary: Summary
-    settings: Settings
-    acceptance: AcceptanceColumns | None
+    config: str | None = None
+    prompt_class: str | None = None
+    concurrency: int | None = None
+    settings: Settings | None = None
+    summary: HarnessSummary = field(default_factory=HarnessSummary)
+    spec_decode: RecordedAcceptance | None = None
 
     @classmethod
     def from_json(cls, document: object) -> NaturalResult:
@@ -150,16 +165,7 @@ class NaturalResult:
             or not isinstance(document.get("summary"), Mapping)
         ):
             raise ResultFileError(f"not a natural-prompt result (schema {SCHEMA} with a summary)")
-        settings = document.get("settings") or {}
-        spec = document.get("spec_decode")
-        return cls(
-            document.get("config"),
-            document.get("prompt_class"),
-            document.get("concurrency"),
-            Summary.from_json(document["summary"]),
-            Settings(settings.get("max_tokens"), settings.get("temperature")),
-            AcceptanceColumns.from_json(spec) if spec else None,
-        )
+        return typed_document(cls, document, f"not a natural-prompt result (schema {SCHEMA})")
 
 
 def measured_row(
@@ -170,10 +176,12 @@ def measured_row(
         identity,
         Coordinates(cell.prompt_class, cell.concurrency),
         dataset.Status("ok"),
-        output.summary,
-        output.settings,
+        output.summary.measured,
+        output.summary.warnings,
+        output.settings or Settings(),
         # the raw file carries the harness's own acceptance window; provenance the engine's
-        acceptance=(output.acceptance or result.provenance.acceptance) or AcceptanceColumns(),
+        acceptance=(AcceptanceColumns.from_recorded(output.spec_decode) or result.provenance.acceptance)
+        or AcceptanceColumns(),
         provenance=result.provenance.provenance,
         files=dataset.Files(cell.files.raw, cell.files.provenance, log_path=cell.files.log),
     )

@@ -21,10 +21,11 @@ from pathlib import Path
 from types import NoneType
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, get_args, get_type_hints
 
+import cattrs
 import pandas as pd
 
+from gridbench import codec
 from gridbench.errors import ResultFileError
-from gridbench.files import JsonObject
 from gridbench.grid import ServingConfig
 from gridbench.layout import CellFiles
 
@@ -159,6 +160,19 @@ class ConfigIdentity:
 
 
 @dataclass(frozen=True)
+class RecordedAcceptance:
+    """A ``spec_decode`` record (spec_metrics.Acceptance's document, in a provenance or a
+    natural result file) as far as the datasets read it; a key it lacks is None."""
+
+    delta_drafts: float | None = None
+    delta_draft_tokens: float | None = None
+    delta_accepted_tokens: float | None = None
+    acceptance_rate: float | None = None
+    mean_acceptance_length: float | None = None
+    acceptance_per_position: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
 class AcceptanceColumns:
     """Speculative decoding's acceptance over a cell's window as the datasets' columns. Kept
     apart from spec_metrics.Acceptance, the record a cell writes: the columns rename its
@@ -172,15 +186,18 @@ class AcceptanceColumns:
     spec_accepted_tokens: float | None = None
 
     @classmethod
-    def from_json(cls, spec: JsonObject) -> AcceptanceColumns:
-        per_pos = spec.get("acceptance_per_position")
+    def from_recorded(cls, spec: RecordedAcceptance | None) -> AcceptanceColumns | None:
+        """The columns of a ``spec_decode`` record; None without one (null, or no key read)."""
+        if spec is None or spec == RecordedAcceptance():
+            return None
+        per_pos = spec.acceptance_per_position
         return cls(
-            acceptance_rate=spec.get("acceptance_rate"),
-            mean_acceptance_length=spec.get("mean_acceptance_length"),
-            acceptance_per_position=json.dumps(per_pos) if per_pos is not None else None,
-            spec_drafts=spec.get("delta_drafts"),
-            spec_draft_tokens=spec.get("delta_draft_tokens"),
-            spec_accepted_tokens=spec.get("delta_accepted_tokens"),
+            acceptance_rate=spec.acceptance_rate,
+            mean_acceptance_length=spec.mean_acceptance_length,
+            acceptance_per_position=json.dumps(list(per_pos)) if per_pos is not None else None,
+            spec_drafts=spec.delta_drafts,
+            spec_draft_tokens=spec.delta_draft_tokens,
+            spec_accepted_tokens=spec.delta_accepted_tokens,
         )
 
 
@@ -210,6 +227,56 @@ class Provenance:
 
 
 @dataclass(frozen=True)
+class RecordedEngine:
+    """A provenance file's ``engine`` as far as the datasets read it."""
+
+    image: str | None = None
+    image_id: str | None = None
+    image_digest: str | None = None
+    version: str | None = None
+    serve_argv: tuple[str, ...] | None = None
+    serve_command: str | None = None  # None in records older than it: serve_argv joined
+    startup_s: float | None = None
+    reused: bool | None = None
+
+
+@dataclass(frozen=True)
+class RecordedHost:
+    hostname: str | None = None
+    gpu: str | None = None
+    gpu_count: int | None = None
+    driver: str | None = None
+
+
+@dataclass(frozen=True)
+class RecordedVersions:
+    gridbench: str | None = None
+    load_generator: str | None = None
+    load_generator_version: str | None = None
+
+
+@dataclass(frozen=True)
+class RecordedBench:
+    wall_s: float | None = None
+
+
+@dataclass(frozen=True)
+class RecordedProvenance:
+    """A cell's provenance file (cell_records.CellProvenance's document) as far as the
+    datasets read it; a part or key it lacks is None."""
+
+    fingerprint: str | None = None
+    engine: RecordedEngine | None = None
+    host: RecordedHost | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    versions: RecordedVersions | None = None
+    bench: RecordedBench | None = None
+    prefix_cache_reset: bool | None = None
+    spec_decode: RecordedAcceptance | None = None
+
+
+@dataclass(frozen=True)
 class ProvenanceRecord:
     """A cell's provenance file: its columns, and the engine's acceptance counters (None
     when the record has none)."""
@@ -218,35 +285,33 @@ class ProvenanceRecord:
     acceptance: AcceptanceColumns | None
 
     @classmethod
-    def from_json(cls, document: JsonObject) -> ProvenanceRecord:
-        engine = document.get("engine") or {}
-        host = document.get("host") or {}
-        versions = document.get("versions") or {}
-        bench = document.get("bench") or {}
-        argv = engine.get("serve_argv")
-        spec = document.get("spec_decode")
+    def from_recorded(cls, recorded: RecordedProvenance) -> ProvenanceRecord:
+        engine = recorded.engine or RecordedEngine()
+        host = recorded.host or RecordedHost()
+        versions = recorded.versions or RecordedVersions()
+        argv = engine.serve_argv
         provenance = Provenance(
-            image=engine.get("image"),
-            image_id=engine.get("image_id"),
-            image_digest=engine.get("image_digest"),
-            engine_version=engine.get("version"),
-            engine_startup_s=engine.get("startup_s"),
-            engine_reused=engine.get("reused"),
-            serve_command=engine.get("serve_command") or (shlex.join(argv) if argv else None),
-            gpu=host.get("gpu"),
-            gpu_count=host.get("gpu_count"),
-            driver=host.get("driver"),
-            hostname=host.get("hostname"),
-            gridbench_version=versions.get("gridbench"),
-            load_generator=versions.get("load_generator"),
-            load_generator_version=versions.get("load_generator_version"),
-            fingerprint=document.get("fingerprint"),
-            prefix_cache_reset=document.get("prefix_cache_reset"),
-            started_at=document.get("started_at"),
-            finished_at=document.get("finished_at"),
-            bench_wall_s=bench.get("wall_s"),
+            image=engine.image,
+            image_id=engine.image_id,
+            image_digest=engine.image_digest,
+            engine_version=engine.version,
+            engine_startup_s=engine.startup_s,
+            engine_reused=engine.reused,
+            serve_command=engine.serve_command or (shlex.join(argv) if argv else None),
+            gpu=host.gpu,
+            gpu_count=host.gpu_count,
+            driver=host.driver,
+            hostname=host.hostname,
+            gridbench_version=versions.gridbench,
+            load_generator=versions.load_generator,
+            load_generator_version=versions.load_generator_version,
+            fingerprint=recorded.fingerprint,
+            prefix_cache_reset=recorded.prefix_cache_reset,
+            started_at=recorded.started_at,
+            finished_at=recorded.finished_at,
+            bench_wall_s=recorded.bench.wall_s if recorded.bench else None,
         )
-        return cls(provenance, AcceptanceColumns.from_json(spec) if spec else None)
+        return cls(provenance, AcceptanceColumns.from_recorded(recorded.spec_decode))
 
 
 @dataclass(frozen=True)
@@ -260,20 +325,22 @@ class Failure:
 
 @dataclass(frozen=True)
 class CellFailure:
-    """Why a cell has no result: the failure record it wrote (``recorded``), or what the
+    """Why a cell has no result: the failure record it wrote (cell_records.FailureRecord's
+    document, read for its reason, the columns beside it and the cell it names), or what the
     reader found wrong with its files (only a reason)."""
 
-    reason: str | None
-    details: Failure = field(default_factory=Failure)
-    recorded: bool = False
+    reason: str | None = None
+    details: Failure = field(default_factory=Failure, metadata=codec.INLINE)
+    cell: str | None = None  # as the failure record names it; None: the reader's reason
 
-    @classmethod
-    def from_json(cls, document: JsonObject) -> CellFailure:
-        details = Failure(document.get("error_type"), document.get("exit_code"), document.get("failed_at"))
-        return cls(document.get("reason"), details, recorded=bool(document.get("cell")))
+    @property
+    def recorded(self) -> bool:
+        """Whether the cell wrote a failure record (not a reason the reader found)."""
+        return bool(self.cell)
 
 
 Output = TypeVar("Output")
+Document = TypeVar("Document")
 
 
 @dataclass(frozen=True)
@@ -295,6 +362,17 @@ def load_json(path: Path) -> Any:
         raise ResultFileError(
             f"{path}: not valid JSON ({err})", hint=f"delete {path} and rerun: the workflow redoes that cell"
         ) from err
+
+
+def typed_document(cls: type[Document], document: object, what: str) -> Document:
+    """The ``cls`` record a parsed JSON document holds; ResultFileError, saying ``what`` the
+    document is not, where it is no JSON object or a value has another type."""
+    if not isinstance(document, dict):
+        raise ResultFileError(what)
+    try:
+        return codec.from_json(cls, document)
+    except cattrs.BaseValidationError as err:
+        raise ResultFileError(f"{what} ({'; '.join(cattrs.transform_error(err))})") from err
 
 
 def unreadable(path: str, err: ResultFileError) -> CellFailure:
@@ -345,16 +423,17 @@ def read_cells(
                 prov = load_json(Path(files.provenance))
                 if raw is not None and prov is not None:
                     output = parse(raw, cell)
-                    if not isinstance(prov, dict):
-                        raise ResultFileError(f"{files.provenance} is not a provenance record")
-                    results[name] = MeasuredCell(output, ProvenanceRecord.from_json(prov))
+                    recorded = typed_document(
+                        RecordedProvenance, prov, f"{files.provenance} is not a provenance record"
+                    )
+                    results[name] = MeasuredCell(output, ProvenanceRecord.from_recorded(recorded))
                     continue
             except ResultFileError as err:
                 failures[name] = unreadable(files.raw, err)
                 continue
             failure = load_json(Path(files.failure))
             if failure:
-                failures[name] = CellFailure.from_json(failure)
+                failures[name] = codec.from_json(CellFailure, failure)
             elif raw is not None:
                 failures[name] = CellFailure(
                     f"{files.provenance} is missing; rerun the workflow to redo the cell"

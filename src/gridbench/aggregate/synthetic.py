@@ -7,8 +7,10 @@ each format has one owner. Nothing in a sweep uses them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
+from gridbench import codec
 from gridbench.cell_records import (
     BenchyInvocation,
     CellCoordinates,
@@ -17,36 +19,25 @@ from gridbench.cell_records import (
     FailureRecord,
 )
 from gridbench.engines.runtime import ImageInfo
-from gridbench.files import JsonObject, atomic_write_json
+from gridbench.files import atomic_write_json
 from gridbench.grid import ServingConfig
+from gridbench.harness.benchy import UNMEASURED, BenchyEntry, BenchyResult, Metric
 from gridbench.harness.natural import LevelPlan, LevelResult
 from gridbench.harness.stats import Distribution, LevelSummary, RequestRecord
 from gridbench.plan import DepthCellPlan, NaturalCellPlan
-from gridbench.provenance import GpuInfo, HostInfo, Versions
+from gridbench.provenance import GpuInfo, HostInfo, Versions, redact_config
 from gridbench.spec_metrics import Acceptance, SpecCounters, acceptance
 
 STARTED_AT = "2026-07-09T12:00:00.000+00:00"
 
-BENCHY_METRICS = (
-    "pp_throughput",
-    "pp_req_throughput",
-    "tg_throughput",
-    "tg_req_throughput",
-    "peak_throughput",
-    "peak_req_throughput",
-    "ttfr",
-    "est_ppt",
-    "e2e_ttft",
-)
 
-
-def _runs(mean: float, std: float, runs: int) -> JsonObject:
+def _runs(mean: float, std: float, runs: int) -> Metric:
     """Run values with exactly this mean and population std (as llama-benchy reports)."""
     offsets = (
         [(-1) ** i for i in range(runs)] if runs % 2 == 0 else [0.0] + [(-1) ** i for i in range(runs - 1)]
     )
     scale = std * (runs / max(1, sum(o * o for o in offsets))) ** 0.5
-    return {"mean": mean, "std": std, "values": [mean + o * scale for o in offsets]}
+    return Metric(mean, std, tuple(mean + o * scale for o in offsets))
 
 
 def benchy_raw(
@@ -59,39 +50,35 @@ def benchy_raw(
     tg: int = 256,
     runs: int = 2,
     version: str = "0.4.0",
-) -> JsonObject:
+) -> BenchyResult:
     """llama-benchy 0.4.0's --format json for one depth; (mean, std) per metric."""
-    values = {
-        "pp_throughput": prefill,
-        "pp_req_throughput": prefill,
-        "tg_throughput": decode,
-        "tg_req_throughput": decode,
-        "peak_throughput": (round(decode[0] + 0.5), round(decode[1])),
-        "peak_req_throughput": (round(decode[0] + 0.5), round(decode[1])),
-        "ttfr": ttft_ms,
-        "est_ppt": (ttft_ms[0] * 0.95, ttft_ms[1]),
-        "e2e_ttft": ttft_ms,
-    }
-    entry = {
-        "concurrency": 1,
-        "context_size": depth,
-        "prompt_size": pp,
-        "response_size": tg,
-        "is_context_prefill_phase": False,
-        **{name: _runs(*values[name], runs) for name in BENCHY_METRICS},
-        "throughput_over_time": None,
-        "requests_throughput_over_time": None,
-    }
-    return {
-        "version": version,
-        "timestamp": "2026-07-09 12:00:00Z",
-        "latency_mode": "generation",
-        "latency_ms": 100.0,
-        "model": "model",
-        "prefix_caching_enabled": False,
-        "max_concurrency": 1,
-        "benchmarks": [entry],
-    }
+    peak = (round(decode[0] + 0.5), round(decode[1]))
+    entry = BenchyEntry(
+        concurrency=1,
+        context_size=depth,
+        prompt_size=pp,
+        response_size=tg,
+        is_context_prefill_phase=False,
+        pp_throughput=_runs(*prefill, runs),
+        pp_req_throughput=_runs(*prefill, runs),
+        tg_throughput=_runs(*decode, runs),
+        tg_req_throughput=_runs(*decode, runs),
+        peak_throughput=_runs(*peak, runs),
+        peak_req_throughput=_runs(*peak, runs),
+        ttfr=_runs(*ttft_ms, runs),
+        est_ppt=_runs(ttft_ms[0] * 0.95, ttft_ms[1], runs),
+        e2e_ttft=_runs(*ttft_ms, runs),
+    )
+    return BenchyResult(
+        version=version,
+        timestamp="2026-07-09 12:00:00Z",
+        latency_mode="generation",
+        latency_ms=100.0,
+        model="model",
+        prefix_caching_enabled=False,
+        max_concurrency=1,
+        benchmarks=(entry,),
+    )
 
 
 def cached_benchy_raw(
@@ -104,24 +91,22 @@ def cached_benchy_raw(
     pp: int = 512,
     tg: int = 256,
     runs: int = 2,
-) -> JsonObject:
+) -> BenchyResult:
     """llama-benchy's --enable-prefix-caching result for one depth: the context-load phase,
     then the measured phase; ``prefill`` None leaves pp_throughput null, as llama-benchy does
     when a cached answer came within its measured latency."""
     raw = benchy_raw(
         depth, decode=decode, prefill=prefill or (0.0, 0.0), ttft_ms=ttft_ms, pp=pp, tg=tg, runs=runs
     )
-    (measured,) = raw["benchmarks"]
+    (measured,) = raw.benchmarks
     if prefill is None:
-        measured["pp_throughput"] = measured["pp_req_throughput"] = None
+        measured = replace(measured, pp_throughput=UNMEASURED, pp_req_throughput=UNMEASURED)
     load = benchy_raw(
         depth, decode=decode, prefill=(2000.0, 20.0), ttft_ms=load_ttft_ms, pp=pp, tg=tg, runs=runs
     )
-    (context,) = load["benchmarks"]
-    context["is_context_prefill_phase"] = True
-    raw["prefix_caching_enabled"] = True
-    raw["benchmarks"] = [context, measured]
-    return raw
+    (context,) = load.benchmarks
+    context = replace(context, is_context_prefill_phase=True)
+    return replace(raw, prefix_caching_enabled=True, benchmarks=(context, measured))
 
 
 def spec_decode(drafts: int, per_position: Sequence[float]) -> Acceptance:
@@ -200,7 +185,9 @@ def provenance_record(
     )
     return CellProvenance(
         cell=cell,
-        config=cfg,
+        config=cfg.name,
+        fingerprint=cfg.fingerprint(),
+        effective_config=redact_config(cfg),
         engine=engine,
         host=host or host_info(),
         started_at=started_at,
@@ -288,7 +275,7 @@ def natural_raw(
         extra_body={},
         request_timeout_s=600.0,
     )
-    return LevelResult(config, prompt_class, plan, tuple(records), summary, spec)
+    return LevelResult.of(config, prompt_class, plan, tuple(records), summary, spec)
 
 
 def failure_record(
@@ -318,7 +305,9 @@ def failure_record(
     )
 
 
-def write_cell(cell: DepthCellPlan | NaturalCellPlan, raw: JsonObject, prov: JsonObject, root: Path) -> None:
-    """A cell's result and provenance files, as documents (llama-benchy's raw is not ours to type)."""
-    atomic_write_json(root / cell.files.raw, raw)
-    atomic_write_json(root / cell.files.provenance, prov)
+def write_cell(
+    cell: DepthCellPlan | NaturalCellPlan, raw: BenchyResult | LevelResult, prov: CellProvenance, root: Path
+) -> None:
+    """A cell's result and provenance files."""
+    atomic_write_json(root / cell.files.raw, codec.to_json(raw))
+    atomic_write_json(root / cell.files.provenance, codec.to_json(prov))

@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
+from gridbench import codec
 from gridbench.assets.gguf_model import (
     LAYER_UPDATE_SCALE,
     WEIGHT_STD,
@@ -46,9 +47,9 @@ from gridbench.assets.gguf_model import (
     shared_weights,
     vocab,
 )
-from gridbench.assets.hf_model import LlamaShape, llama_config, tokenizer_files
+from gridbench.assets.hf_model import LlamaConfig, LlamaShape, shape_keys, tokenizer_files
 from gridbench.assets.safetensors_stream import StreamedTensor, write_safetensors
-from gridbench.files import JsonObject, atomic_write_text
+from gridbench.files import atomic_write_text
 
 # A dense ~3 B shape close to Llama-3.2-3B's (2.8 B layer parameters; 5.7 GB in BF16).
 QWEN3_3B = LlamaShape(
@@ -178,45 +179,68 @@ def dflash_tensors(
     return tensors
 
 
-def qwen3_config(shape: LlamaShape) -> JsonObject:
+@dataclass(frozen=True, kw_only=True)
+class Qwen3Config(LlamaConfig):
+    """config.json of a ``Qwen3ForCausalLM``: a Llama config's keys (but ``mlp_bias``), then
+    Qwen3's own; a BF16 model of gridbench's generated weights by default."""
+
+    architectures: tuple[str, ...] = ("Qwen3ForCausalLM",)
+    model_type: str = "qwen3"
+    rms_norm_eps: float = RMS_NORM_EPS
+    rope_theta: float = ROPE_THETA
+    mlp_bias: bool | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)  # a Llama key
+    torch_dtype: str = "bfloat16"
+    initializer_range: float = WEIGHT_STD
+    attention_dropout: float = 0.0
+    use_sliding_window: bool = False
+    sliding_window: int | None = None
+    max_window_layers: int
+
+
+@dataclass(frozen=True)
+class DFlashTaps:
+    """A DFlash draft's ``dflash_config``: the mask token, and the target layers it reads."""
+
+    mask_token_id: int
+    target_layer_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DFlashConfig(Qwen3Config):
+    """config.json of a DFlash draft, shaped as z-lab's Qwen3 DFlash drafts: a Qwen3 config of
+    the draft's depth, then the draft's own keys."""
+
+    architectures: tuple[str, ...] = (DRAFT_ARCHITECTURE,)
+    # all full attention and no causal override: vLLM runs the draft non-causally
+    layer_types: tuple[str, ...]
+    block_size: int
+    num_target_layers: int
+    dflash_config: DFlashTaps
+
+
+def qwen3_config(shape: LlamaShape) -> Qwen3Config:
     """config.json of the target: hf_model's Llama config (the vocabulary's special ids)
     retyped as a Qwen3 of the padded vocabulary, stored in BF16."""
     n_vocab, _mask = vocab_layout()
-    config = llama_config(shape) | {
-        "architectures": ["Qwen3ForCausalLM"],
-        "model_type": "qwen3",
-        "vocab_size": n_vocab,
-        "rms_norm_eps": RMS_NORM_EPS,
-        "rope_theta": ROPE_THETA,
-        "attention_dropout": 0.0,
-        "use_sliding_window": False,
-        "sliding_window": None,
-        "max_window_layers": shape.layers,
-        "torch_dtype": "bfloat16",
-        "initializer_range": WEIGHT_STD,
-    }
-    config.pop("mlp_bias")  # a Llama field
-    return config
+    return Qwen3Config(vocab_size=n_vocab, max_window_layers=shape.layers, **shape_keys(shape))
 
 
 def dflash_config(
     target_shape: LlamaShape, draft_layers: int = DRAFT_LAYERS, block_size: int = BLOCK_SIZE
-) -> JsonObject:
-    """config.json of the draft, shaped as z-lab's Qwen3 DFlash drafts: a Qwen3 config of the
-    draft's depth, ``DFlashDraftModel``, and ``dflash_config`` (mask token, tapped layers)."""
-    _n_vocab, mask_token_id = vocab_layout()
+) -> DFlashConfig:
+    """config.json of the draft: a Qwen3 config of the draft's depth, ``DFlashDraftModel``,
+    and ``dflash_config`` (mask token, tapped layers)."""
+    n_vocab, mask_token_id = vocab_layout()
     draft_shape = replace(target_shape, layers=draft_layers)
-    return qwen3_config(draft_shape) | {
-        "architectures": [DRAFT_ARCHITECTURE],
-        # all full attention and no causal override: vLLM runs the draft non-causally
-        "layer_types": ["full_attention"] * draft_layers,
-        "block_size": block_size,
-        "num_target_layers": target_shape.layers,
-        "dflash_config": {
-            "mask_token_id": mask_token_id,
-            "target_layer_ids": target_layer_ids(target_shape.layers, draft_layers),
-        },
-    }
+    return DFlashConfig(
+        vocab_size=n_vocab,
+        max_window_layers=draft_layers,
+        **shape_keys(draft_shape),
+        layer_types=("full_attention",) * draft_layers,
+        block_size=block_size,
+        num_target_layers=target_shape.layers,
+        dflash_config=DFlashTaps(mask_token_id, tuple(target_layer_ids(target_shape.layers, draft_layers))),
+    )
 
 
 def write_qwen3_target(
@@ -224,7 +248,7 @@ def write_qwen3_target(
 ) -> Path:
     """The target as vLLM loads it: BF16 weights, config.json, tokenizer and chat template."""
     write_safetensors(outdir / CHECKPOINT, qwen3_tensors(shape, seed), threads=threads)
-    atomic_write_text(outdir / "config.json", json.dumps(qwen3_config(shape), indent=2))
+    atomic_write_text(outdir / "config.json", json.dumps(codec.to_json(qwen3_config(shape)), indent=2))
     for name, text in tokenizer_files(shape.max_positions).items():
         atomic_write_text(outdir / name, text)
     return outdir
@@ -243,7 +267,7 @@ def write_dflash_draft(
     tensors = dflash_tensors(target_shape, draft_layers, seed)
     write_safetensors(outdir / CHECKPOINT, tensors, threads=threads)
     config = dflash_config(target_shape, draft_layers, block_size)
-    atomic_write_text(outdir / "config.json", json.dumps(config, indent=2))
+    atomic_write_text(outdir / "config.json", json.dumps(codec.to_json(config), indent=2))
     return outdir
 
 

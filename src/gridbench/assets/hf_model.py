@@ -21,11 +21,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import gguf
 import numpy as np
 from safetensors.numpy import save as save_safetensors
 
+from gridbench import codec
 from gridbench.assets.gguf_model import CHAT_TEMPLATE, vocab
 from gridbench.assets.tokenizer import build_tokenizer
 from gridbench.files import JsonObject, atomic_write_bytes, atomic_write_text
@@ -108,33 +110,69 @@ def llama_weights(shape: LlamaShape, seed: int) -> dict[str, np.ndarray]:
     return tensors
 
 
-def llama_config(shape: LlamaShape) -> JsonObject:
-    ids, allowed = _token_ids()
-    return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "vocab_size": len(allowed),
-        "hidden_size": shape.hidden,
-        "intermediate_size": shape.ffn,
-        "num_hidden_layers": shape.layers,
-        "num_attention_heads": shape.heads,
-        "num_key_value_heads": shape.kv_heads,
-        "head_dim": shape.head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": shape.max_positions,
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0,
-        "rope_scaling": None,
-        "attention_bias": False,
-        "mlp_bias": False,
-        "tie_word_embeddings": False,
-        "bos_token_id": ids[BOS],
-        "eos_token_id": ids[IM_END],
-        "pad_token_id": ids[EOS_TEXT],
-        "torch_dtype": "float32",
-        "initializer_range": _WEIGHT_STD,
-        "use_cache": True,
-    }
+class ShapeKeys(TypedDict):
+    """The config.json keys a model's shape and the generated vocabulary's special ids set."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    max_position_embeddings: int
+    bos_token_id: int
+    eos_token_id: int
+    pad_token_id: int
+
+
+def shape_keys(shape: LlamaShape) -> ShapeKeys:
+    ids, _allowed = _token_ids()
+    return ShapeKeys(
+        hidden_size=shape.hidden,
+        intermediate_size=shape.ffn,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        head_dim=shape.head_dim,
+        max_position_embeddings=shape.max_positions,
+        bos_token_id=ids[BOS],
+        eos_token_id=ids[IM_END],
+        pad_token_id=ids[EOS_TEXT],
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LlamaConfig:
+    """config.json of a ``LlamaForCausalLM``: its keys, in this order."""
+
+    architectures: tuple[str, ...] = ("LlamaForCausalLM",)
+    model_type: str = "llama"
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    hidden_act: str = "silu"
+    max_position_embeddings: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: JsonObject | None = None  # per rope type in HF's configs; none here
+    attention_bias: bool = False
+    mlp_bias: bool | None = False
+    tie_word_embeddings: bool = False
+    bos_token_id: int
+    eos_token_id: int
+    pad_token_id: int
+    torch_dtype: str = "float32"
+    initializer_range: float = _WEIGHT_STD
+    use_cache: bool = True
+
+
+def llama_config(shape: LlamaShape) -> LlamaConfig:
+    _ids, allowed = _token_ids()
+    return LlamaConfig(vocab_size=len(allowed), **shape_keys(shape))
 
 
 def tokenizer_files(max_positions: int) -> dict[str, str]:
@@ -163,7 +201,7 @@ def write_hf_llama(outdir: Path, shape: LlamaShape, seed: int) -> Path:
     """One model folder, as vLLM (and transformers) load it."""
     weights = llama_weights(shape, seed)
     atomic_write_bytes(outdir / "model.safetensors", save_safetensors(weights, metadata={"format": "pt"}))
-    atomic_write_text(outdir / "config.json", json.dumps(llama_config(shape), indent=2))
+    atomic_write_text(outdir / "config.json", json.dumps(codec.to_json(llama_config(shape)), indent=2))
     for name, text in tokenizer_files(shape.max_positions).items():
         atomic_write_text(outdir / name, text)
     return outdir

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gridbench import codec
 from gridbench.assets.gguf_model import (
     ROPE_THETA,
     GGUFTensor,
@@ -25,10 +26,10 @@ from gridbench.assets.gguf_model import (
     random_llama_tensors,
     write_llama_gguf,
 )
-from gridbench.assets.hf_model import LlamaShape, llama_config, tokenizer_files
+from gridbench.assets.hf_model import LlamaConfig, LlamaShape, llama_config, tokenizer_files
 from gridbench.assets.safetensors_stream import StreamedTensor, read_safetensors, write_safetensors
 from gridbench.errors import GridbenchError
-from gridbench.files import JsonObject, atomic_write_text
+from gridbench.files import atomic_write_text
 
 CHECKPOINT_FILE = "model.safetensors"
 # GGUF tensor name (after blk.N.) -> Hugging Face LlamaForCausalLM name (after model.layers.N.)
@@ -77,7 +78,7 @@ def to_hf_rotary(weight: np.ndarray, heads: int) -> np.ndarray:
     return weight.reshape(heads, half, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
-def hf_config(shape: ModelShape) -> JsonObject:
+def hf_config(shape: ModelShape) -> LlamaConfig:
     """config.json of the checkpoint: the GGUF's shape, rope and vocabulary, stored in BF16."""
     llama_shape = LlamaShape(
         hidden=shape.n_embd,
@@ -88,17 +89,17 @@ def hf_config(shape: ModelShape) -> JsonObject:
         ffn=shape.n_ff,
         max_positions=shape.n_ctx,
     )
-    return llama_config(llama_shape) | {"torch_dtype": "bfloat16", "rope_theta": ROPE_THETA}
+    return replace(llama_config(llama_shape), torch_dtype="bfloat16", rope_theta=ROPE_THETA)
 
 
-def shape_of(config: JsonObject) -> ModelShape:
+def shape_of(config: LlamaConfig) -> ModelShape:
     return ModelShape(
-        n_embd=config["hidden_size"],
-        n_layer=config["num_hidden_layers"],
-        n_ff=config["intermediate_size"],
-        head_dim=config["head_dim"],
-        n_ctx=config["max_position_embeddings"],
-        n_head_kv=config["num_key_value_heads"],
+        n_embd=config.hidden_size,
+        n_layer=config.num_hidden_layers,
+        n_ff=config.intermediate_size,
+        head_dim=config.head_dim,
+        n_ctx=config.max_position_embeddings,
+        n_head_kv=config.num_key_value_heads,
     )
 
 
@@ -117,7 +118,7 @@ def write_hf_llama(outdir: Path, shape: ModelShape, layer_seed: int = 1, threads
 
     tensors = [hf_tensor(t) for t in random_llama_tensors(shape, layer_seed)]
     write_safetensors(outdir / CHECKPOINT_FILE, tensors, threads=threads)
-    atomic_write_text(outdir / "config.json", json.dumps(hf_config(shape), indent=2))
+    atomic_write_text(outdir / "config.json", json.dumps(codec.to_json(hf_config(shape)), indent=2))
     for name, text in tokenizer_files(shape.n_ctx).items():
         atomic_write_text(outdir / name, text)
     return outdir
@@ -131,7 +132,7 @@ def gguf_from_hf(model_dir: Path, out: Path, file_type: str = "f16", threads: in
             f"{model_dir} is not a generated checkpoint (config.json and {CHECKPOINT_FILE} needed)",
             hint="write it first: gridbench assets hf-llama --outdir " + str(model_dir),
         )
-    shape = shape_of(json.loads(config_path.read_text()))
+    shape = shape_of(codec.from_json(LlamaConfig, json.loads(config_path.read_text())))
     stored = {t.name: t for t in read_safetensors(checkpoint)}
     # the generator's own list gives the GGUF's tensor order, names and kinds; the values
     # come from the checkpoint

@@ -10,7 +10,6 @@ import shlex
 from dataclasses import dataclass
 
 from gridbench.engines.kinds import engine_kind
-from gridbench.files import JsonObject
 from gridbench.grid import ServingConfig
 
 
@@ -29,23 +28,6 @@ class LaunchPlan:
 
     def shell_line(self) -> str:
         return shlex.join(self.argv)
-
-    def to_json(self) -> JsonObject:
-        return {
-            "argv": list(self.argv),
-            "host": self.host,
-            "port": self.port,
-            "served_model_name": self.served_model_name,
-        }
-
-    @classmethod
-    def from_json(cls, data: JsonObject) -> LaunchPlan:
-        return cls(
-            argv=tuple(data["argv"]),
-            host=data["host"],
-            port=data["port"],
-            served_model_name=data["served_model_name"],
-        )
 
 
 def launch_plan(cfg: ServingConfig, port: int) -> LaunchPlan:

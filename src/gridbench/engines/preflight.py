@@ -8,33 +8,25 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from gridbench import codec
 from gridbench.engines.kinds import engine_kind
 from gridbench.engines.runtime import ImageInfo, runtime_for
 from gridbench.errors import EngineStartError
-from gridbench.files import JsonObject
 from gridbench.grid import Grid, ServingConfig
 
 
 @dataclass(frozen=True)
 class EngineCheck:
-    """An engine that passed its check: what it runs, and the configs that use it."""
+    """An engine that passed its check: what it runs, and the configs that use it. Its file
+    (results/preflight/<engine>.json) lists the image's keys among its own."""
 
     engine: str
     runtime: str
-    image: ImageInfo
+    image: ImageInfo = field(metadata=codec.INLINE)
     configs: tuple[str, ...]
-
-    def to_json(self) -> JsonObject:
-        """The check's file (results/preflight/<engine>.json): the image's fields inline."""
-        return {
-            "engine": self.engine,
-            "runtime": self.runtime,
-            **self.image.to_json(),
-            "configs": list(self.configs),
-        }
 
 
 def check_engine(grid: Grid, engine: str) -> EngineCheck:

@@ -10,7 +10,6 @@ import urllib.request
 from collections.abc import Callable, Mapping
 
 from gridbench.errors import EngineStartError, EngineTimeoutError
-from gridbench.files import JsonObject
 
 _POLL_S = 0.25
 
@@ -27,16 +26,12 @@ def http_get(url: str, timeout: float = 5.0, headers: Mapping[str, str] | None =
         return 0, ""
 
 
-def http_post(
-    url: str,
-    body: JsonObject | None = None,
-    timeout: float = 10.0,
-    headers: Mapping[str, str] | None = None,
-) -> tuple[int, str]:
-    data = json.dumps(body or {}).encode()
+def http_post(url: str, timeout: float = 10.0, headers: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """(status, body) of a POST of an empty JSON object, all that the engines' control
+    endpoints (vLLM's /reset_prefix_cache) take; status 0 when nothing answers."""
     request = urllib.request.Request(
         url,
-        data=data,
+        data=b"{}",
         method="POST",
         headers={"Content-Type": "application/json", **dict(headers or {})},
     )

@@ -14,10 +14,13 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, Literal, Protocol
 
+from cattrs.strategies import configure_tagged_union
+
+from gridbench import codec
 from gridbench.engines.allocation import cuda_visible_devices, process_start_time, sweep_owner
 from gridbench.engines.commands import LaunchPlan
 from gridbench.errors import EngineError, EngineStartError, ImageNotFoundError
@@ -33,58 +36,34 @@ RuntimeName = Literal["process", "docker"]
 class ProcessHandle:
     """A local engine process: its pid with its start time (a pid alone is reused)."""
 
-    runtime: ClassVar[Literal["process"]] = "process"
+    # the handle's first key, which tells the two kinds of handle apart (see below)
+    runtime: Literal["process"] = field(default="process", kw_only=True)
     pid: int
     name: str
     start_time: int | None
     log_path: Path
     log_offset: int = 0  # where this engine's output begins in the (appended) engine log
 
-    def to_json(self) -> JsonObject:
-        return {
-            "runtime": self.runtime,
-            "pid": self.pid,
-            "name": self.name,
-            "start_time": self.start_time,
-            "log_path": str(self.log_path),
-            "log_offset": self.log_offset,
-        }
-
 
 @dataclass(frozen=True)
 class ContainerHandle:
     """A detached container, by id; its output is copied into the engine log when it stops."""
 
-    runtime: ClassVar[Literal["docker"]] = "docker"
+    runtime: Literal["docker"] = field(default="docker", kw_only=True)
     container_id: str
     name: str
     log_path: Path
 
-    def to_json(self) -> JsonObject:
-        return {
-            "runtime": self.runtime,
-            "container_id": self.container_id,
-            "name": self.name,
-            "log_path": str(self.log_path),
-        }
-
 
 RuntimeHandle = ProcessHandle | ContainerHandle
 
-
-def handle_from_json(data: JsonObject) -> RuntimeHandle:
-    """The handle a slot file (or a watchdog spec) records, by its ``runtime`` key."""
-    if data["runtime"] == "docker":
-        return ContainerHandle(
-            container_id=data["container_id"], name=data["name"], log_path=Path(data["log_path"])
-        )
-    return ProcessHandle(
-        pid=data["pid"],
-        name=data["name"],
-        start_time=data.get("start_time"),
-        log_path=Path(data["log_path"]),
-        log_offset=data.get("log_offset", 0),
-    )
+# a handle in a slot file (or a watchdog spec) is read as the kind its "runtime" key names
+configure_tagged_union(
+    RuntimeHandle,
+    codec.converter,
+    tag_generator={ProcessHandle: "process", ContainerHandle: "docker"}.__getitem__,
+    tag_name="runtime",
+)
 
 
 @dataclass(frozen=True)
@@ -94,27 +73,8 @@ class ImageInfo:
     image: str | None
     image_id: str | None
     image_digest: str | None
-    command: tuple[str, ...] | None = None  # a process engine's command prefix; None for a container
-
-    def to_json(self) -> JsonObject:
-        record: JsonObject = {
-            "image": self.image,
-            "image_id": self.image_id,
-            "image_digest": self.image_digest,
-        }
-        if self.command is not None:
-            record["command"] = list(self.command)
-        return record
-
-    @classmethod
-    def from_json(cls, data: JsonObject) -> ImageInfo:
-        command = data.get("command")
-        return cls(
-            image=data.get("image"),
-            image_id=data.get("image_id"),
-            image_digest=data.get("image_digest"),
-            command=None if command is None else tuple(command),
-        )
+    # a process engine's command prefix; a container's record has no such key
+    command: tuple[str, ...] | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
 
 
 class Runtime(Protocol):

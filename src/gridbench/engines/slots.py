@@ -20,14 +20,15 @@ import fcntl
 import json
 import os
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from gridbench import codec
 from gridbench.engines.allocation import ProcessIdentity
 from gridbench.engines.commands import LaunchPlan
-from gridbench.engines.runtime import ImageInfo, RuntimeHandle, handle_from_json
-from gridbench.files import JsonObject, atomic_write_text
+from gridbench.engines.runtime import ImageInfo, RuntimeHandle
+from gridbench.files import atomic_write_text, read_json
 
 
 def slot_dir() -> Path:
@@ -45,27 +46,6 @@ class OwnedEngine:
     slots: tuple[str, ...]
     handle: RuntimeHandle
 
-    def owned_json(self) -> JsonObject:
-        return {
-            "owner": self.owner,
-            "owner_process": self.owner_process,
-            "config": self.config,
-            "fingerprint": self.fingerprint,
-            "slots": list(self.slots),
-            "handle": self.handle.to_json(),
-        }
-
-    @classmethod
-    def owned_from_json(cls, data: JsonObject) -> OwnedEngine:
-        return OwnedEngine(
-            owner=data["owner"],
-            owner_process=data.get("owner_process"),
-            config=data["config"],
-            fingerprint=data["fingerprint"],
-            slots=tuple(data["slots"]),
-            handle=handle_from_json(data["handle"]),
-        )
-
 
 @dataclass(frozen=True)
 class SlotState(OwnedEngine):
@@ -76,39 +56,8 @@ class SlotState(OwnedEngine):
     ready_s: float | None  # None until the engine answered
     version: str | None
     image: ImageInfo
-    watchdog: ProcessIdentity | None = None  # recorded once its watchdog runs
-
-    def to_json(self) -> JsonObject:
-        record = {
-            **self.owned_json(),
-            "plan": self.plan.to_json(),
-            "started_at": self.started_at,
-            "ready_s": self.ready_s,
-            "version": self.version,
-            "image": self.image.to_json(),
-        }
-        if self.watchdog is not None:
-            record["watchdog"] = self.watchdog
-        return record
-
-    @classmethod
-    def from_json(cls, data: JsonObject, slot: str) -> SlotState:
-        """The record read from slot ``slot``'s file (which names no slots if it predates them)."""
-        owned = OwnedEngine.owned_from_json({"slots": [slot], **data})
-        return cls(
-            owner=owned.owner,
-            owner_process=owned.owner_process,
-            config=owned.config,
-            fingerprint=owned.fingerprint,
-            slots=owned.slots,
-            handle=owned.handle,
-            plan=LaunchPlan.from_json(data["plan"]),
-            started_at=data["started_at"],
-            ready_s=data["ready_s"],
-            version=data["version"],
-            image=ImageInfo.from_json(data["image"]),
-            watchdog=data.get("watchdog"),
-        )
+    # recorded once its watchdog runs; the key is absent until then
+    watchdog: ProcessIdentity | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
 
 
 @dataclass(frozen=True)
@@ -118,13 +67,6 @@ class SlotHolder:
     config: str
     fingerprint: str
     owner: str
-
-    def to_json(self) -> JsonObject:
-        return {"config": self.config, "fingerprint": self.fingerprint, "owner": self.owner}
-
-    @classmethod
-    def from_json(cls, data: JsonObject) -> SlotHolder:
-        return cls(config=data["config"], fingerprint=data["fingerprint"], owner=data["owner"])
 
 
 class SlotStore:
@@ -144,22 +86,23 @@ class SlotStore:
         return [path.stem.removeprefix("slot-") for path in sorted(self.dir.glob("slot-*.json"))]
 
     def read_state(self, slot: str) -> SlotState | None:
-        data = _read_json(self._state_path(slot))
-        return None if data is None else SlotState.from_json(data, slot)
+        data = read_json(self._state_path(slot))
+        # a record that names no slots predates engines on several slots: it is this slot's
+        return None if data is None else codec.from_json(SlotState, {"slots": [slot], **data})
 
     def write_state(self, slot: str, state: SlotState | None) -> None:
         path = self._state_path(slot)
         if state is None:
             path.unlink(missing_ok=True)
         else:
-            atomic_write_text(path, json.dumps(state.to_json(), indent=2))
+            atomic_write_text(path, json.dumps(codec.to_json(state), indent=2))
 
     def read_holder(self, slot: str) -> SlotHolder | None:
-        data = _read_json(self._holder_path(slot))
-        return None if data is None else SlotHolder.from_json(data)
+        data = read_json(self._holder_path(slot))
+        return None if data is None else codec.from_json(SlotHolder, data)
 
     def write_holder(self, slot: str, holder: SlotHolder) -> None:
-        atomic_write_text(self._holder_path(slot), json.dumps(holder.to_json()))
+        atomic_write_text(self._holder_path(slot), json.dumps(codec.to_json(holder)))
 
     def remove_holder(self, slot: str) -> None:
         self._holder_path(slot).unlink(missing_ok=True)
@@ -208,11 +151,3 @@ class SlotStore:
             finally:
                 if lock:
                     lock.close()
-
-
-def _read_json(path: Path) -> JsonObject | None:
-    try:
-        data = json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None

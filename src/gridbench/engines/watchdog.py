@@ -23,14 +23,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from gridbench import codec
 from gridbench.engines.allocation import process_gone
 from gridbench.engines.events import log_event
 from gridbench.engines.runtime import Runtime, runtime_of
 from gridbench.engines.slots import OwnedEngine, SlotStore
-from gridbench.files import JsonObject
 
 log = logging.getLogger("gridbench.watchdog")
 POLL_S = float(os.environ.get("GRIDBENCH_WATCHDOG_POLL_S", 1.0))
@@ -43,15 +43,8 @@ class WatchdogSpec:
 
     On its command line as one JSON object: the engine's OwnedEngine fields and ``slot_dir``."""
 
-    engine: OwnedEngine
+    engine: OwnedEngine = field(metadata=codec.INLINE)
     slot_dir: Path
-
-    def to_json(self) -> JsonObject:
-        return {**self.engine.owned_json(), "slot_dir": str(self.slot_dir)}
-
-    @classmethod
-    def from_json(cls, data: JsonObject) -> WatchdogSpec:
-        return cls(engine=OwnedEngine.owned_from_json(data), slot_dir=Path(data["slot_dir"]))
 
 
 def start(engine: OwnedEngine, slot_dir: Path, log_path: Path) -> subprocess.Popen[bytes]:
@@ -59,7 +52,7 @@ def start(engine: OwnedEngine, slot_dir: Path, log_path: Path) -> subprocess.Pop
     spec = WatchdogSpec(engine, slot_dir)
     with log_path.open("ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "gridbench.engines.watchdog", json.dumps(spec.to_json())],
+            [sys.executable, "-m", "gridbench.engines.watchdog", json.dumps(codec.to_json(spec))],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -117,7 +110,7 @@ def watch(spec: WatchdogSpec, poll_s: float = POLL_S) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="gridbench %(asctime)s %(levelname)s %(message)s")
-    spec = WatchdogSpec.from_json(json.loads((argv or sys.argv[1:])[0]))
+    spec = codec.from_json(WatchdogSpec, json.loads((argv or sys.argv[1:])[0]))
     outcome = watch(spec)
     if outcome != "engine gone":
         log.info(f"watchdog of {spec.engine.config}: {outcome}")

@@ -13,15 +13,18 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from gridbench import layout
+import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
+
+from gridbench import codec, layout
 from gridbench.engines.kinds import engine_kind
 from gridbench.errors import BenchmarkError, ConfigError, ResultFileError
-from gridbench.files import JsonObject, atomic_write_bytes
+from gridbench.files import atomic_write_bytes
 from gridbench.grid import BenchySettings, ServingConfig
 
 log = logging.getLogger(__name__)
@@ -267,58 +270,52 @@ class Metric:
     std: float | None = None
     values: tuple[float, ...] | None = None
 
-    @classmethod
-    def from_json(cls, value: object) -> Metric:
-        if not isinstance(value, Mapping):
-            return cls()
-        values = value.get("values")
-        return cls(value.get("mean"), value.get("std"), tuple(values) if isinstance(values, list) else None)
-
     @property
     def count(self) -> int | None:
         """How many values it has (None: no list of them)."""
         return None if self.values is None else len(self.values)
 
 
+UNMEASURED = Metric()
+
+# llama-benchy writes null for a metric it could not measure: a Metric of no values, so
+# that a reader asks any metric for its mean
+_metric_fields = make_dict_structure_fn(Metric, codec.converter)
+_metric_document = make_dict_unstructure_fn(Metric, codec.converter)
+codec.converter.register_structure_hook(
+    Metric, lambda value, cls: UNMEASURED if value is None else _metric_fields(value, cls)
+)
+codec.converter.register_unstructure_hook(
+    Metric, lambda metric: None if metric == UNMEASURED else _metric_document(metric)
+)
+
+# a throughput time series: [timestamp, value] pairs
+TimeSeries = tuple[tuple[float, ...], ...]
+
+
 @dataclass(frozen=True)
 class BenchyEntry:
     """One entry of llama-benchy's ``benchmarks``: a (context size, prompt size) measured at a
-    concurrency, with the metrics gridbench reads, under llama-benchy's names."""
+    concurrency, under llama-benchy's names and in its order (a key it leaves out: None)."""
 
-    context_size: int | None
-    prompt_size: int | None
-    response_size: int | None
-    concurrency: int | None
+    concurrency: int | None = None
+    context_size: int | None = None
+    prompt_size: int | None = None
+    response_size: int | None = None
     # --enable-prefix-caching runs a context-load phase before each measured one
-    is_context_prefill_phase: bool
-    pp_throughput: Metric
-    pp_req_throughput: Metric
-    tg_throughput: Metric
-    tg_req_throughput: Metric
-    peak_throughput: Metric
-    peak_req_throughput: Metric
-    ttfr: Metric
-    est_ppt: Metric
-    e2e_ttft: Metric
-
-    @classmethod
-    def from_json(cls, entry: JsonObject) -> BenchyEntry:
-        return cls(
-            context_size=entry.get("context_size"),
-            prompt_size=entry.get("prompt_size"),
-            response_size=entry.get("response_size"),
-            concurrency=entry.get("concurrency"),
-            is_context_prefill_phase=bool(entry.get("is_context_prefill_phase")),
-            pp_throughput=Metric.from_json(entry.get("pp_throughput")),
-            pp_req_throughput=Metric.from_json(entry.get("pp_req_throughput")),
-            tg_throughput=Metric.from_json(entry.get("tg_throughput")),
-            tg_req_throughput=Metric.from_json(entry.get("tg_req_throughput")),
-            peak_throughput=Metric.from_json(entry.get("peak_throughput")),
-            peak_req_throughput=Metric.from_json(entry.get("peak_req_throughput")),
-            ttfr=Metric.from_json(entry.get("ttfr")),
-            est_ppt=Metric.from_json(entry.get("est_ppt")),
-            e2e_ttft=Metric.from_json(entry.get("e2e_ttft")),
-        )
+    is_context_prefill_phase: bool = False
+    pp_throughput: Metric = UNMEASURED
+    pp_req_throughput: Metric = UNMEASURED
+    tg_throughput: Metric = UNMEASURED
+    tg_req_throughput: Metric = UNMEASURED
+    peak_throughput: Metric = UNMEASURED
+    peak_req_throughput: Metric = UNMEASURED
+    ttfr: Metric = UNMEASURED
+    est_ppt: Metric = UNMEASURED
+    e2e_ttft: Metric = UNMEASURED
+    # only with llama-benchy's --save-*-throughput-timeseries, which gridbench never passes
+    throughput_over_time: tuple[TimeSeries, ...] | None = None
+    requests_throughput_over_time: tuple[tuple[TimeSeries, ...], ...] | None = None
 
     def metric(self, name: str) -> Metric:
         """A metric by its llama-benchy name (the checks name them in their messages)."""
@@ -328,7 +325,7 @@ class BenchyEntry:
         return metric
 
 
-# the metrics gridbench reads: BenchyEntry's fields
+# the metrics gridbench reads: BenchyEntry's Metric fields
 METRICS = (
     "pp_throughput",
     "pp_req_throughput",
@@ -344,31 +341,37 @@ METRICS = (
 
 @dataclass(frozen=True)
 class BenchyResult:
-    """llama-benchy's result document (--format json), as far as gridbench reads it."""
+    """llama-benchy's result document (--format json), its keys in its order; gridbench reads
+    the version, whether prefix caching was on, and the entries."""
 
-    version: str | None
-    prefix_caching_enabled: bool | None  # None: a version that does not say
-    entries: tuple[BenchyEntry, ...]
+    version: str | None = None
+    timestamp: str | None = None
+    latency_mode: str | None = None
+    latency_ms: float | None = None
+    model: str | None = None
+    prefix_caching_enabled: bool | None = None  # None: a version that does not say
+    max_concurrency: int | None = None
+    benchmarks: tuple[BenchyEntry, ...] = ()
 
     @classmethod
     def from_json(cls, document: object) -> BenchyResult:
         """The result in a parsed JSON document; ResultFileError when it is not one."""
-        if not isinstance(document, Mapping) or not isinstance(document.get("benchmarks"), list):
+        if not isinstance(document, dict) or not isinstance(document.get("benchmarks"), list):
             raise ResultFileError("not a llama-benchy result (no 'benchmarks' list)")
-        entries = document["benchmarks"]
-        if not all(isinstance(entry, Mapping) for entry in entries):
+        if not all(isinstance(entry, dict) for entry in document["benchmarks"]):
             raise ResultFileError("not a llama-benchy result (a 'benchmarks' entry is not an object)")
-        return cls(
-            document.get("version"),
-            document.get("prefix_caching_enabled"),
-            tuple(BenchyEntry.from_json(entry) for entry in entries),
-        )
+        try:
+            return codec.from_json(cls, document)
+        except cattrs.BaseValidationError as err:
+            raise ResultFileError(
+                f"not a llama-benchy result ({'; '.join(cattrs.transform_error(err))})"
+            ) from err
 
 
 def entries_at(result: BenchyResult, depth: int) -> tuple[list[BenchyEntry], list[BenchyEntry]]:
     """llama-benchy's entries for ``depth``: the measured ones, and the context-load phases
     that its --enable-prefix-caching mode runs before them."""
-    at_depth = [entry for entry in result.entries if entry.context_size == depth]
+    at_depth = [entry for entry in result.benchmarks if entry.context_size == depth]
     loads = [entry for entry in at_depth if entry.is_context_prefill_phase]
     return [entry for entry in at_depth if not entry.is_context_prefill_phase], loads
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 
@@ -43,9 +43,7 @@ from gridbench.harness import stats
 from gridbench.harness.prompts import AUTO_PROCESSES, NaturalSettings
 from gridbench.harness.sse import SSEParser, parse_chunk, plain_delta_has_text
 from gridbench.harness.stats import ERRORED, INCOMPLETE, OK, LevelSummary, RequestRecord, RequestTrace
-
-if TYPE_CHECKING:  # the harness processes need not import the engine kinds
-    from gridbench.spec_metrics import Acceptance
+from gridbench.spec_metrics import Acceptance
 
 log = logging.getLogger(__name__)
 
@@ -84,12 +82,28 @@ class LevelPlan:
     request_timeout_s: float
     processes: int = 1  # harness processes the measured requests run across
 
-    def body(self, index: int, max_tokens: int | None = None) -> JsonObject:
+    def request(self, index: int, max_tokens: int | None = None) -> ChatRequest:
         """Request ``index`` (warm-ups come first, so no measured request repeats one)."""
         text = f"[bench-{index}] {self.prompt}" if self.cache_bust else self.prompt
+        return ChatRequest(index, text, max_tokens or self.max_tokens, self.temperature, self.extra_body)
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One streamed chat-completions request of a level."""
+
+    index: int
+    text: str
+    max_tokens: int
+    temperature: float
+    extra_body: JsonObject  # the config's: it may set any key but the streaming ones
+
+    def payload(self, model: str) -> JsonObject:
+        """The request's JSON body, as the endpoint is sent it."""
         return {
-            "messages": [{"role": "user", "content": text}],
-            "max_tokens": max_tokens or self.max_tokens,
+            "model": model,
+            "messages": [{"role": "user", "content": self.text}],
+            "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             **self.extra_body,
             "stream": True,
@@ -107,7 +121,7 @@ def harness_processes(setting: int | str, concurrency: int, cpus: int | None) ->
     return max(1, min(int(setting), concurrency))
 
 
-def level_plan(settings: NaturalSettings, prompt: str, concurrency: int, extra_body: JsonObject) -> LevelPlan:
+def level_plan(settings: NaturalSettings, prompt: str, concurrency: int) -> LevelPlan:
     return LevelPlan(
         prompt=prompt,
         concurrency=concurrency,
@@ -116,17 +130,18 @@ def level_plan(settings: NaturalSettings, prompt: str, concurrency: int, extra_b
         max_tokens=settings.max_tokens,
         temperature=settings.temperature,
         cache_bust=settings.cache_bust,
-        extra_body={**settings.extra_body, **extra_body},
+        extra_body=settings.extra_body,
         request_timeout_s=settings.request_timeout_s,
         processes=harness_processes(settings.processes, concurrency, os.cpu_count()),
     )
 
 
 async def stream_request(
-    session: aiohttp.ClientSession, endpoint: Endpoint, index: int, body: JsonObject, timeout_s: float
+    session: aiohttp.ClientSession, endpoint: Endpoint, request: ChatRequest, timeout_s: float
 ) -> RequestTrace:
     """One streamed request, timed chunk by chunk; failures become a trace, never an exception."""
-    payload = {"model": endpoint.model, **body}
+    index = request.index
+    payload = request.payload(endpoint.model)
     parser = SSEParser()
     text_ns: list[int] = []
     tokens = finish_reason = None
@@ -244,36 +259,36 @@ def progress_file(path: Path | None, phase: str, total: int) -> Iterator[Callabl
 
 async def run_requests(
     endpoint: Endpoint,
-    bodies: Sequence[tuple[int, JsonObject]],
+    requests: Sequence[ChatRequest],
     concurrency: int,
     timeout_s: float,
     on_finished: Callable[[RequestTrace], None] = lambda _trace: None,
 ) -> list[RequestTrace]:
-    """Send ``bodies`` with at most ``concurrency`` in flight, in issue order (FIFO)."""
+    """Send ``requests`` with at most ``concurrency`` in flight, in issue order (FIFO)."""
     gate = asyncio.Semaphore(concurrency)
-    total = len(bodies)
+    total = len(requests)
     finished = 0
 
-    async def one(index: int, body: JsonObject) -> RequestTrace:
+    async def one(request: ChatRequest) -> RequestTrace:
         nonlocal finished
         async with gate:
-            result = await stream_request(session, endpoint, index, body, timeout_s)
+            result = await stream_request(session, endpoint, request, timeout_s)
         finished += 1
-        log.debug(f"request {finished}/{total} (#{index}): {result.status} {result.error or ''}")
+        log.debug(f"request {finished}/{total} (#{request.index}): {result.status} {result.error or ''}")
         on_finished(result)
         return result
 
     async with _session() as session:
-        return list(await asyncio.gather(*(one(i, b) for i, b in bodies)))
+        return list(await asyncio.gather(*(one(request) for request in requests)))
 
 
 def warm_up(endpoint: Endpoint, plan: LevelPlan, progress: Path | None = None) -> list[RequestTrace]:
     """The serial warm-up requests; their outcome is reported, not counted."""
-    bodies = [(i, plan.body(i, min(WARMUP_MAX_TOKENS, plan.max_tokens))) for i in range(plan.warmup)]
-    if not bodies:
+    requests = [plan.request(i, min(WARMUP_MAX_TOKENS, plan.max_tokens)) for i in range(plan.warmup)]
+    if not requests:
         return []
-    with progress_file(progress, "warm-up", len(bodies)) as on_finished:
-        return asyncio.run(run_requests(endpoint, bodies, 1, plan.request_timeout_s, on_finished))
+    with progress_file(progress, "warm-up", len(requests)) as on_finished:
+        return asyncio.run(run_requests(endpoint, requests, 1, plan.request_timeout_s, on_finished))
 
 
 def measure_level(endpoint: Endpoint, plan: LevelPlan, progress: Path | None = None) -> list[RequestTrace]:
@@ -281,9 +296,9 @@ def measure_level(endpoint: Endpoint, plan: LevelPlan, progress: Path | None = N
     with progress_file(progress, "measured", plan.requests) as on_finished:
         if plan.processes > 1:
             return run_across_processes(endpoint, plan, on_finished)
-        bodies = [(plan.warmup + i, plan.body(plan.warmup + i)) for i in range(plan.requests)]
+        requests = [plan.request(plan.warmup + i) for i in range(plan.requests)]
         return asyncio.run(
-            run_requests(endpoint, bodies, plan.concurrency, plan.request_timeout_s, on_finished)
+            run_requests(endpoint, requests, plan.concurrency, plan.request_timeout_s, on_finished)
         )
 
 
@@ -359,7 +374,7 @@ def _worker(
 
     async def slot(session: aiohttp.ClientSession) -> None:
         while (index := take_index()) is not None:
-            trace = await stream_request(session, endpoint, index, plan.body(index), plan.request_timeout_s)
+            trace = await stream_request(session, endpoint, plan.request(index), plan.request_timeout_s)
             finished.put(trace)
 
     async def run() -> None:
@@ -372,37 +387,61 @@ def _worker(
 
 
 @dataclass(frozen=True)
-class LevelResult:
-    """One cell's raw result: what it sent, every measured request, and their summary."""
+class LevelSettings:
+    """What a level sent, as its result file's ``settings`` record it."""
 
+    requests: int
+    max_tokens: int
+    temperature: float
+    warmup: int
+    cache_bust: bool
+    extra_body: JsonObject
+    prompt: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class LevelResult:
+    """One cell's raw result file (schema gridbench.natural.v1): what it sent, every measured
+    request, and their summary."""
+
+    schema: str = SCHEMA
     config: str
     prompt_class: str
-    plan: LevelPlan
+    concurrency: int
+    settings: LevelSettings
     requests: tuple[RequestRecord, ...]  # in issue order, numbered from 0
     summary: LevelSummary
     spec_decode: Acceptance | None
 
-    def to_json(self) -> JsonObject:
-        """The result file (schema gridbench.natural.v1)."""
-        plan = self.plan
-        return {
-            "schema": SCHEMA,
-            "config": self.config,
-            "prompt_class": self.prompt_class,
-            "concurrency": plan.concurrency,
-            "settings": {
-                "requests": plan.requests,
-                "max_tokens": plan.max_tokens,
-                "temperature": plan.temperature,
-                "warmup": plan.warmup,
-                "cache_bust": plan.cache_bust,
-                "extra_body": plan.extra_body,
-                "prompt": plan.prompt,
-            },
-            "requests": [r.to_json() for r in self.requests],
-            "summary": self.summary.to_json(),
-            "spec_decode": self.spec_decode.to_json() if self.spec_decode else None,
-        }
+    @classmethod
+    def of(
+        cls,
+        config: str,
+        prompt_class: str,
+        plan: LevelPlan,
+        requests: tuple[RequestRecord, ...],
+        summary: LevelSummary,
+        spec_decode: Acceptance | None,
+    ) -> LevelResult:
+        """The result of ``plan``'s requests."""
+        settings = LevelSettings(
+            requests=plan.requests,
+            max_tokens=plan.max_tokens,
+            temperature=plan.temperature,
+            warmup=plan.warmup,
+            cache_bust=plan.cache_bust,
+            extra_body=plan.extra_body,
+            prompt=plan.prompt,
+        )
+        return cls(
+            config=config,
+            prompt_class=prompt_class,
+            concurrency=plan.concurrency,
+            settings=settings,
+            requests=requests,
+            summary=summary,
+            spec_decode=spec_decode,
+        )
 
 
 def level_result(
@@ -420,7 +459,7 @@ def level_result(
     records = tuple(
         replace(stats.request_record(t, level_start), index=position) for position, t in enumerate(ordered)
     )
-    return LevelResult(config, prompt_class, plan, records, stats.summarize(records), spec_decode)
+    return LevelResult.of(config, prompt_class, plan, records, stats.summarize(records), spec_decode)
 
 
 @dataclass(frozen=True)

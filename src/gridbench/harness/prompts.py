@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from gridbench import codec
 from gridbench.errors import ConfigError
 from gridbench.files import JsonObject
 
@@ -31,15 +32,12 @@ class NaturalSettings:
     extra_body: JsonObject
     max_error_rate: float
     request_timeout_s: float
-    processes: int | str  # "auto" or a count (natural.harness_processes)
+    # "auto" or a count (natural.harness_processes); a cell's context leaves the default out
+    processes: int | str = AUTO_PROCESSES
 
-    @classmethod
-    def from_dict(cls, data: JsonObject) -> NaturalSettings:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        known["prompt_classes"] = tuple(known["prompt_classes"])
-        known["concurrency"] = tuple(known["concurrency"])
-        known.setdefault("processes", AUTO_PROCESSES)  # a cell's context leaves the default out
-        return cls(**known)
+
+# the schema has checked it: "auto" or a count, as written
+codec.converter.register_structure_hook(int | str, lambda value, _: value)
 
 
 def load_prompts(prompt_file: str | Path | None) -> dict[str, str]:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, field, replace
 from statistics import fmean
 
-from gridbench.files import JsonObject
+from gridbench import codec
 
 OK, ERRORED, INCOMPLETE = "ok", "errored", "incomplete"
 PERCENTILES = (50, 95, 99)  # a Distribution's fields
@@ -56,10 +56,6 @@ class RequestRecord:
     tokens_per_s: float | None = None
     itl_ms: tuple[float, ...] = ()
     finish_reason: str | None = None
-
-    def to_json(self) -> JsonObject:
-        """The record as the result file's ``requests`` hold it."""
-        return {**asdict(self), "itl_ms": list(self.itl_ms)}
 
 
 def request_record(trace: RequestTrace, level_start_ns: int) -> RequestRecord:
@@ -110,9 +106,6 @@ class Distribution:
     p50: float | None  # the PERCENTILES, by nearest rank
     p95: float | None
     p99: float | None
-
-    def to_json(self, prefix: str) -> dict[str, float | None]:
-        return {f"{prefix}_{stat}": value for stat, value in asdict(self).items()}
 
 
 def _describe(values: list[float]) -> Distribution:
@@ -165,31 +158,13 @@ class LevelSummary:
     wall_s: float
     output_tok_s: float | None
     output_tokens_p50: float | None
-    ttft_ms: Distribution
-    tpot_ms: Distribution
-    itl_ms: Distribution
-    e2e_ms: Distribution
-    req_tok_s: Distribution  # of the records' tokens_per_s
+    # in the result file, a metric's statistics are flat ``{metric}_{stat}`` keys
+    ttft_ms: Distribution = field(metadata=codec.INLINE_PREFIXED)
+    tpot_ms: Distribution = field(metadata=codec.INLINE_PREFIXED)
+    itl_ms: Distribution = field(metadata=codec.INLINE_PREFIXED)
+    e2e_ms: Distribution = field(metadata=codec.INLINE_PREFIXED)
+    req_tok_s: Distribution = field(metadata=codec.INLINE_PREFIXED)  # of the records' tokens_per_s
     percentile_warnings: tuple[str, ...]
-
-    def to_json(self) -> JsonObject:
-        """The result file's ``summary``: a metric's statistics as flat ``{metric}_{stat}`` keys."""
-        return {
-            "requests": self.requests,
-            "ok": self.ok,
-            "errored": self.errored,
-            "incomplete": self.incomplete,
-            "error_rate": self.error_rate,
-            "wall_s": self.wall_s,
-            "output_tok_s": self.output_tok_s,
-            "output_tokens_p50": self.output_tokens_p50,
-            **self.ttft_ms.to_json("ttft_ms"),
-            **self.tpot_ms.to_json("tpot_ms"),
-            **self.itl_ms.to_json("itl_ms"),
-            **self.e2e_ms.to_json("e2e_ms"),
-            **self.req_tok_s.to_json("req_tok_s"),
-            "percentile_warnings": list(self.percentile_warnings),
-        }
 
 
 def _present(values: Iterable[float | None]) -> list[float]:
