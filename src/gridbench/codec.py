@@ -12,6 +12,8 @@ Two field markers cover the formats' few irregular keys:
 from __future__ import annotations
 
 import dataclasses
+import math
+import types
 import typing
 from collections.abc import Callable, Mapping
 from functools import cache
@@ -33,13 +35,51 @@ Record = TypeVar("Record")
 converter = cattrs.Converter(unstruct_collection_overrides={tuple: list})
 converter.register_unstructure_hook(Path, str)
 converter.register_structure_hook(Path, lambda value, _: Path(value))
+
+
 # a whole number stays as written (0, not 0.0): what reads back is what the file or config says
 converter.register_structure_hook(
-    float,
-    lambda value, _: (
-        value if isinstance(value, int | float) and not isinstance(value, bool) else float(value)
-    ),
+    float, lambda value, _: value if type(value) in (int, float) else float(value)
 )
+
+
+# Optional values and homogeneous tuples, read by their element's hook found once: cattrs'
+# generic paths look it up per value, most of the time the datasets take to read result files
+def _optional(cls: Any) -> Any:
+    args = typing.get_args(cls)
+    if typing.get_origin(cls) in (typing.Union, types.UnionType) and len(args) == 2 and type(None) in args:
+        return args[0] if args[1] is type(None) else args[1]
+    return None
+
+
+def _tuple_element(cls: Any) -> Any:
+    args = typing.get_args(cls)
+    return args[0] if typing.get_origin(cls) is tuple and len(args) == 2 and args[1] is Ellipsis else None
+
+
+def _structure_optional(cls: Any) -> Callable[[Any, Any], Any]:
+    inner, read = _optional(cls), converter.get_structure_hook(_optional(cls))
+    if inner is float:
+        return lambda value, _: value if value is None or type(value) in (int, float) else float(value)
+    if inner in (int, str, bool):
+        return lambda value, _: value if value is None or type(value) is inner else inner(value)
+    return lambda value, _: None if value is None else read(value, inner)
+
+
+def _structure_tuple(cls: Any) -> Callable[[Any, Any], Any]:
+    inner, read = _tuple_element(cls), converter.get_structure_hook(_tuple_element(cls))
+    if inner is float:  # a result's values: checked as numbers in one pass, kept as written
+        return lambda value, _: _numbers(tuple(value))
+    return lambda value, _: tuple(read(item, inner) for item in value)
+
+
+def _numbers(items: tuple[Any, ...]) -> tuple[Any, ...]:
+    math.fsum(items)  # a TypeError for anything but numbers
+    return items
+
+
+converter.register_structure_hook_factory(lambda cls: _optional(cls) is not None, _structure_optional)
+converter.register_structure_hook_factory(lambda cls: _tuple_element(cls) is not None, _structure_tuple)
 
 
 def to_json(record: object) -> JsonObject:
