@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import REPO, load_yaml
-from gridbench import grid
+from gridbench import grid, loading, resolve
 from gridbench.errors import ConfigError
 from gridbench.harness.prompts import NaturalSettings
 from gridbench.loading import load_grid, schema
@@ -126,6 +126,8 @@ def _section_keys(section: dict) -> set[str]:
         # a config's bench overrides hold only extra_body; its section and the engine,
         # checkpoint and speculation names resolve into records
         ("configs", grid.ServingConfig, {"bench": "bench_extra_body"}),
+        # and as written, before its names are resolved
+        ("configs", resolve.ConfigEntry, {}),
     ],
 )
 def test_each_record_holds_exactly_its_schema_sections_keys(section, record, renamed):
@@ -136,3 +138,28 @@ def test_each_record_holds_exactly_its_schema_sections_keys(section, record, ren
 
 def test_the_bench_overrides_hold_only_the_extra_body():
     assert set(schema()["$defs"]["bench_overrides"]["properties"]) == {"extra_body"}
+
+
+def test_the_sections_record_holds_every_top_level_key():
+    """Each top-level key reaches a record (the filters among the sections' own keys), but
+    the display switches, which progress.py reads from the document."""
+    in_schema = set(schema()["properties"]) - {"progress", "progress_interval_s"}
+    filters = {f.name for f in dataclasses.fields(resolve.Filters)}
+    in_record = {f.name for f in dataclasses.fields(resolve.ConfigSections)} - {"filters"} | filters
+    assert in_schema == in_record
+    overrides = {f.name for f in dataclasses.fields(resolve.ServingOverrides)}
+    assert (
+        overrides
+        == {f.name for f in dataclasses.fields(grid.Serving)}
+        == set(schema()["$defs"]["serving"]["properties"])
+    )
+
+
+def test_a_value_the_schema_lets_through_and_no_record_holds_is_an_error_naming_the_key(monkeypatch):
+    """Structuring the checked document into records fails only where schema and records
+    disagree; even then the config's author reads which key, not a traceback."""
+    lax = copy.deepcopy(schema())
+    lax["properties"]["engines"]["additionalProperties"]["properties"]["port"]["type"] = ["integer", "string"]
+    monkeypatch.setattr(loading, "schema", lambda: lax)
+    message = bad(lambda c: c["engines"]["llamacpp"].update(port="eighty"))
+    assert message.startswith("demo.yaml: ") and "engines['llamacpp'].port" in message

@@ -66,24 +66,11 @@ JSON_EDGES = {
     "codec.py": {"to_json", "from_json", "_unstructure_fn", "unstructure", "_structure_fn", "structure"},
     # a JSON file of any shape, for a reader that only asks whether it is there and whole
     "files.py": {"read_json"},
-    # the config as YAML and Snakemake give it, before the schema has checked it
-    "loading.py": {
-        "schema",
-        "set_defaults",
-        "_validate",
-        "load_grid",
-        "read_config_file",
-        "load_grid_files",
-        "_merge",
-    },
-    # the validated sections, into records (with the checks the schema cannot make)
-    "resolve.py": {"resolve_grid", "_engine", "_checkpoint", "_speculation"},
-    # a cell's context file, content-addressed: its bytes name the cell's params
-    "grid.py": {"config_dict"},
+    # the config as YAML and Snakemake give it, before the schema has checked it, and the
+    # schema document that checks it (set_defaults: jsonschema's callback on its properties)
+    "loading.py": {"schema", "set_defaults", "load_grid", "read_config_file", "load_grid_files", "_merge"},
     # the chat request as sent: the config's free-form extra_body merged in
     "harness/natural.py": {"payload"},
-    # the config's free-form extra_body, shown as written
-    "aggregate/report/study.py": {"_extra_body"},
 }
 
 

@@ -18,7 +18,7 @@ import time
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
@@ -34,9 +34,9 @@ from gridbench.errors import (
     EngineError,
     GridbenchError,
 )
-from gridbench.files import JsonObject, atomic_write_bytes, atomic_write_json, atomic_write_text
+from gridbench.files import atomic_write_bytes, atomic_write_json, atomic_write_text
 from gridbench.grid import BenchySettings, Grid, ServingConfig
-from gridbench.harness.prompts import AUTO_PROCESSES, NaturalSettings, resolve_prompts
+from gridbench.harness.prompts import NaturalSettings, resolve_prompts
 from gridbench.measure import measure_benchy, measure_natural
 
 log = logging.getLogger(__name__)
@@ -159,28 +159,51 @@ class NaturalCell(Cell):
         return measure_natural(self, engine, scratch)
 
 
+@dataclass(frozen=True)
+class DepthContext:
+    """A context file of one config's depth cells: what they share."""
+
+    config: ServingConfig
+    slots: list[str]
+    benchy: BenchySettings
+
+
+@dataclass(frozen=True)
+class NaturalPrompts:
+    """A natural context's section: the study's settings and the prompt of each class, so
+    an edited prompt file reruns its cells."""
+
+    settings: NaturalSettings = field(metadata=codec.INLINE)
+    prompts: dict[str, str]
+
+
+@dataclass(frozen=True)
+class NaturalContext:
+    """A context file of one config's natural cells: what they share."""
+
+    config: ServingConfig
+    slots: list[str]
+    natural: NaturalPrompts
+
+
 def load_depth_cell(context: Path, depth: int, *, prefix_cache: bool = False) -> DepthCell:
     """The cell a ``gridbench bench`` process runs: its config's context file, its depth."""
-    shared = json.loads(Path(context).read_text())
+    shared = codec.from_json(DepthContext, json.loads(Path(context).read_text()))
     return DepthCell(
-        config=codec.from_json(ServingConfig, shared["config"]),
-        slots=shared["slots"],
-        depth=depth,
-        benchy=BenchySettings(**shared["benchy"]),
-        prefix_cache=prefix_cache,
+        config=shared.config, slots=shared.slots, depth=depth, benchy=shared.benchy, prefix_cache=prefix_cache
     )
 
 
 def load_natural_cell(context: Path, prompt_class: str, concurrency: int) -> NaturalCell:
     """The cell a ``gridbench natural`` process runs: the context holds every class's prompt."""
-    shared = json.loads(Path(context).read_text())
+    shared = codec.from_json(NaturalContext, json.loads(Path(context).read_text()))
     return NaturalCell(
-        config=codec.from_json(ServingConfig, shared["config"]),
-        slots=shared["slots"],
+        config=shared.config,
+        slots=shared.slots,
         prompt_class=prompt_class,
         concurrency=concurrency,
-        natural=codec.from_json(NaturalSettings, shared["natural"]),
-        prompt=shared["natural"]["prompts"][prompt_class],
+        natural=shared.natural.settings,
+        prompt=shared.natural.prompts[prompt_class],
     )
 
 
@@ -188,20 +211,15 @@ def write_context(grid: Grid, config: str, slots: list[str], kind: str) -> Path:
     """What one config's cells of one kind share, in a file named by its content: a cell's
     params (the path) change exactly when what it measures changes. Natural contexts carry
     the prompt strings themselves, so an edited prompt file reruns its cells."""
-    context: JsonObject = {"config": grid.config_dict(config), "slots": slots}
+    context: DepthContext | NaturalContext
     if kind == "benchy":
-        context["benchy"] = asdict(grid.benchy)
+        context = DepthContext(config=grid.configs[config], slots=slots, benchy=grid.benchy)
     elif grid.natural is None:
         raise ConfigError(f"config {config}: the grid has no natural section, so no natural cells")
     else:
-        prompts = resolve_prompts(grid.natural)
-        # the section as written (defaults filled): the context's bytes name its cells' params
-        context["natural"] = {**grid.document["natural"], "prompts": prompts}
-        if context["natural"]["processes"] == AUTO_PROCESSES:
-            # it changes how many requests fit, not what a cell measures: the default keeps
-            # the contexts (the cells' params) of studies measured before the key existed
-            del context["natural"]["processes"]
-    text = json.dumps(context, sort_keys=True, separators=(",", ":"))
+        prompts = NaturalPrompts(settings=grid.natural, prompts=resolve_prompts(grid.natural))
+        context = NaturalContext(config=grid.configs[config], slots=slots, natural=prompts)
+    text = json.dumps(codec.to_json(context), sort_keys=True, separators=(",", ":"))
     path = CONTEXT_DIR / f"{config}-{kind}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
     if not path.exists():
         atomic_write_text(path, text)

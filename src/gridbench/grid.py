@@ -28,14 +28,20 @@ class Volume:
     read_only: bool = True
 
 
-@dataclass(frozen=True)
+# Engines, checkpoints and speculations: an entry's keys as the schema fills them in, and
+# its name (the table's key). A key the schema gives no default may be left out: None, or ""
+# where resolve.resolve_grid puts a value derived from the name. Keyword-only, so that the
+# fields keep the schema's key order (provenance records hold it) with defaults among them.
+
+
+@dataclass(frozen=True, kw_only=True)
 class Engine:
     name: str
     kind: str
     runtime: str
-    label: str
-    image: str | None
-    entrypoint: tuple[str, ...] | None
+    label: str = ""  # the engine's name when not given
+    image: str | None = None
+    entrypoint: tuple[str, ...] | None = None
     command: tuple[str, ...]
     env: dict[str, str]
     volumes: tuple[Volume, ...]
@@ -57,28 +63,30 @@ class Engine:
     pass_env: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Checkpoint:
     name: str
     model: str
     quantization: str
-    weights: str  # shared by checkpoints of the same weights; the engine comparison pairs on it
+    # shared by checkpoints of the same weights; the engine comparison pairs on it. null in
+    # the config: resolve.resolve_grid puts the checkpoint's name
+    weights: str | None
     quantization_flag: str | None
     dtype: str | None
-    served_model_name: str
-    tokenizer: str | None
-    active_weight_gb: float | None
+    served_model_name: str = ""  # the checkpoint's name when not given
+    tokenizer: str | None = None
+    active_weight_gb: float | None = None
     files: tuple[str, ...]
     volumes: tuple[Volume, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Speculation:
     name: str
     method: str
-    label: str
+    label: str = ""  # from the method and its token count when not given
     draft_model: str | None
-    num_speculative_tokens: int | None
+    num_speculative_tokens: int | None = None
     extra: JsonObject
     cli_form: str
     extra_args: tuple[str, ...]
@@ -206,14 +214,6 @@ class Grid:
     filters: dict[FilterKey, tuple[str, ...]] = field(default_factory=dict)
     # the validated config with its defaults filled: what the workflow writes as its grid file
     document: JsonObject = field(default_factory=dict, repr=False)
-    _dicts: dict[str, JsonObject] = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    def config_dict(self, name: str) -> JsonObject:
-        """``configs[name]`` as a cell's context holds it, computed once: the workflow asks
-        for it per cell."""
-        if name not in self._dicts:
-            self._dicts[name] = codec.to_json(self.configs[name])
-        return self._dicts[name]
 
     def selected(self) -> list[ServingConfig]:
         """Configs that pass every filter, in declaration order."""

@@ -1,7 +1,7 @@
 """The one way from a config to a Grid, for the rules and the CLI alike: YAML files read
 strictly and merged as Snakemake merges them, the schema's check filling its defaults into a
-copy, then resolve.resolve_grid. A hand-written config either loads or fails with a
-ConfigError naming the key.
+copy, its sections structured into records, then resolve.resolve_grid. A hand-written config
+either loads or fails with a ConfigError naming the key.
 """
 
 from __future__ import annotations
@@ -9,17 +9,20 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import cattrs
 import yaml
 
+from gridbench import codec
 from gridbench.errors import ConfigError
 from gridbench.files import JsonObject
 from gridbench.grid import Grid
-from gridbench.resolve import resolve_grid
+from gridbench.resolve import TABLES, ConfigSections, resolve_grid
 
 
 @cache
@@ -73,17 +76,6 @@ def _explain(error: Any) -> str:
     return str(error.message)
 
 
-def _validate(document: JsonObject, source: str) -> None:
-    """Check against the schema, filling its defaults into ``document`` in place."""
-    errors = sorted(_validator_class()(schema()).iter_errors(document), key=lambda e: list(e.absolute_path))
-    if errors:
-        error = min(errors, key=lambda e: len(e.absolute_path))  # the outermost is the clearest
-        raise ConfigError(
-            f"{source}: key {_key_path(error)}: {_explain(error)}",
-            hint=f"fix {_key_path(error)} in {source} (see config/README.md for every key)",
-        )
-
-
 def load_grid(config: JsonObject, source: str, files: Iterable[Path] = ()) -> Grid:
     """The one way from a config to a Grid, for the rules and the CLI alike: the config is
     validated against the schema (the only home of its defaults, filled into a copy), its
@@ -93,8 +85,23 @@ def load_grid(config: JsonObject, source: str, files: Iterable[Path] = ()) -> Gr
     for path in files:
         read_config_file(path)
     document = copy.deepcopy(dict(config))
-    _validate(document, source)
-    return resolve_grid(document, source)
+    # checking fills in the schema's defaults, as snakemake.utils.validate does
+    errors = sorted(_validator_class()(schema()).iter_errors(document), key=lambda e: list(e.absolute_path))
+    if errors:
+        error = min(errors, key=lambda e: len(e.absolute_path))  # the outermost is the clearest
+        raise ConfigError(
+            f"{source}: key {_key_path(error)}: {_explain(error)}",
+            hint=f"fix {_key_path(error)} in {source} (see config/README.md for every key)",
+        )
+    # the records of the document's sections; each table entry is named by its key
+    named = {
+        table: {name: {**entry, "name": name} for name, entry in document[table].items()} for table in TABLES
+    }
+    try:
+        sections = codec.from_json(ConfigSections, {**document, **named})
+    except cattrs.BaseValidationError as err:  # a schema that lets through what no record holds
+        raise ConfigError(f"{source}: {'; '.join(cattrs.transform_error(err, path='config'))}") from err
+    return replace(resolve_grid(sections, source), document=document)
 
 
 def load_grid_json(path: Path) -> Grid:

@@ -2,8 +2,8 @@
 and speculation looked up by name, and what the schema cannot say checked (references,
 secrets kept off command lines, a speculation method the engine's kind serves, filters).
 
-Pure. Only loading.load_grid calls resolve_grid: a document that skipped the schema (and
-its defaults) would fail here on a missing key.
+Pure. Only loading.load_grid calls resolve_grid, with the sections it structured from the
+document the schema checked and filled with its defaults.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
 from gridbench import codec
 from gridbench.engines.kinds import engine_kind
@@ -40,50 +41,137 @@ FILTER_KEYS: dict[FilterKey, str] = {
 }
 
 
-def resolve_grid(document: JsonObject, source: str) -> Grid:
-    """The Grid of a schema-validated config (defaults filled in), which it keeps as its
-    ``document``; a ConfigError names the key of any broken reference or rule."""
-    engines = {n: _engine(n, e) for n, e in document["engines"].items()}
-    checkpoints = {n: _checkpoint(n, c) for n, c in document["checkpoints"].items()}
-    speculations = {n: _speculation(n, s) for n, s in document["speculations"].items()}
+@dataclass(frozen=True)
+class ServingOverrides:
+    """A config's ``serving:``: the serving defaults it changes (None: the default)."""
+
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None
+    prefix_caching: bool | None = None
+    chunked_prefill: bool | None = None
+    tensor_parallel_size: int | None = None
+    parallel_slots: int | None = None
+
+
+@dataclass(frozen=True)
+class BenchOverrides:
+    """A config's ``bench:``: what it merges into every llama-benchy request."""
+
+    extra_body: JsonObject = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One ``configs:`` entry: the names of its engine, checkpoint and speculation, and its
+    own settings."""
+
+    name: str  # its key
+    engine: str
+    checkpoint: str
+    speculation: str
+    serving: ServingOverrides
+    extra_args: tuple[str, ...]
+    env: dict[str, str]
+    volumes: tuple[Volume, ...]
+    bench: BenchOverrides
+    label: str = ""  # built from its parts' labels when not given
+
+
+@dataclass(frozen=True)
+class BenchySection:
+    """The ``benchy:`` section: the settings of every depth cell, and the configs with a
+    prefix-cache pass (kept out of the settings, which every cell's context holds)."""
+
+    settings: BenchySettings = field(metadata=codec.INLINE)
+    prefix_cache_pass: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Filters:
+    """``--config engine=a,b`` and its kin, as given (None: no filter)."""
+
+    engine: str | None = None
+    checkpoint: str | None = None
+    speculation: str | None = None
+    config: str | None = None
+
+    def given(self) -> dict[FilterKey, str]:
+        values: dict[FilterKey, str | None] = {
+            "engine": self.engine,
+            "checkpoint": self.checkpoint,
+            "speculation": self.speculation,
+            "config": self.config,
+        }
+        return {key: value for key, value in values.items() if value is not None}
+
+
+@dataclass(frozen=True)
+class ConfigSections:
+    """A schema-validated config (defaults filled in) as records, each table entry named by
+    its key: what resolve_grid resolves (loading.load_grid structures it)."""
+
+    engines: dict[str, Engine]
+    checkpoints: dict[str, Checkpoint]
+    speculations: dict[str, Speculation]
+    configs: dict[str, ConfigEntry]
+    serving: Serving
+    benchy: BenchySection
+    depths: tuple[int, ...]
+    gpu_slots: tuple[str, ...] | None
+    natural: NaturalSettings | None = None
+    study: StudyInfo = field(default_factory=StudyInfo)
+    filters: Filters = field(default_factory=Filters, metadata=codec.INLINE)
+
+
+# the sections whose entries are named by their key
+TABLES = ("engines", "checkpoints", "speculations", "configs")
+
+
+def resolve_grid(sections: ConfigSections, source: str) -> Grid:
+    """The Grid of a schema-validated config; a ConfigError names the key of any broken
+    reference or rule. The Grid's ``document`` is left to the caller, which holds it."""
+    engines = {name: _engine(e) for name, e in sections.engines.items()}
+    checkpoints = {name: _checkpoint(c) for name, c in sections.checkpoints.items()}
+    speculations = {name: _speculation(s) for name, s in sections.speculations.items()}
     declared: dict[FilterKey, Mapping[str, Engine | Checkpoint | Speculation]] = {
         "engine": engines,
         "checkpoint": checkpoints,
         "speculation": speculations,
     }
     configs = {}
-    for name, entry in document["configs"].items():
+    for name, entry in sections.configs.items():
+        parts: dict[FilterKey, str] = {
+            "engine": entry.engine,
+            "checkpoint": entry.checkpoint,
+            "speculation": entry.speculation,
+        }
         for key, table in declared.items():
-            if entry[key] not in table:
+            if (part := parts[key]) not in table:
                 raise ConfigError(
-                    f"{source}: key configs.{name}.{key}: unknown {key} {entry[key]!r}; "
+                    f"{source}: key configs.{name}.{key}: unknown {key} {part!r}; "
                     f"allowed values: {', '.join(table)}",
-                    hint=f"declare {entry[key]!r} under {FILTER_KEYS[key]} or fix the name",
+                    hint=f"declare {part!r} under {FILTER_KEYS[key]} or fix the name",
                 )
-        volumes = tuple(Volume(**v) for v in entry.get("volumes", []))
-        _check_no_literal_secrets(f"configs.{name}", entry.get("env", {}))
-        _check_no_secrets_in_arguments(
-            f"configs.{name}", [*entry.get("extra_args", []), *_volume_paths(volumes)]
-        )
-        engine = engines[entry["engine"]]
-        speculation = speculations[entry["speculation"]]
+        _check_no_literal_secrets(f"configs.{name}", entry.env)
+        _check_no_secrets_in_arguments(f"configs.{name}", [*entry.extra_args, *_volume_paths(entry.volumes)])
+        engine = engines[entry.engine]
+        speculation = speculations[entry.speculation]
         _check_speculation(source, name, engine, speculation)
-        serving = Serving(**{**document["serving"], **entry.get("serving", {})})
-        checkpoint = checkpoints[entry["checkpoint"]]
+        overrides = {k: v for k, v in vars(entry.serving).items() if v is not None}
+        checkpoint = checkpoints[entry.checkpoint]
         configs[name] = ServingConfig(
             name=name,
-            label=entry.get("label") or f"{checkpoint.quantization} · {engine.label} · {speculation.label}",
+            label=entry.label or f"{checkpoint.quantization} · {engine.label} · {speculation.label}",
             engine=engine,
             checkpoint=checkpoint,
             speculation=speculation,
-            serving=serving,
-            extra_args=tuple(map(str, entry.get("extra_args", []))),
-            env={k: str(v) for k, v in entry.get("env", {}).items()},
-            volumes=volumes,
-            bench_extra_body=dict(entry.get("bench", {}).get("extra_body", {})),
+            serving=replace(sections.serving, **overrides),
+            extra_args=entry.extra_args,
+            env=entry.env,
+            volumes=entry.volumes,
+            bench_extra_body=entry.bench.extra_body,
         )
-    benchy_settings = dict(document["benchy"])
-    prefix_cache_pass = tuple(benchy_settings.pop("prefix_cache_pass", ()))
+    prefix_cache_pass = sections.benchy.prefix_cache_pass
     unknown = [name for name in prefix_cache_pass if name not in configs]
     if unknown:
         raise ConfigError(
@@ -91,7 +179,7 @@ def resolve_grid(document: JsonObject, source: str) -> Grid:
             f"allowed values: {', '.join(configs)}",
             hint="list config names declared under configs",
         )
-    benchy = BenchySettings(**benchy_settings)
+    benchy = sections.benchy.settings
     for name, cfg in configs.items():
         if benchy.pp + benchy.tg > cfg.serving.max_model_len:
             raise ConfigError(
@@ -99,10 +187,7 @@ def resolve_grid(document: JsonObject, source: str) -> Grid:
                 f"configs.{name}'s max_model_len {cfg.serving.max_model_len}: no cell could run",
                 hint="lower benchy.pp/tg or raise serving.max_model_len",
             )
-    depths = tuple(sorted(document.get("depths", ())))
-    natural = codec.from_json(NaturalSettings, document["natural"]) if "natural" in document else None
-    study = codec.from_json(StudyInfo, document.get("study", {}))
-    if not depths and natural is None:
+    if not sections.depths and sections.natural is None:
         raise ConfigError(
             f"{source}: the study measures nothing: depths is empty and there is no natural section",
             hint="list llama-benchy depths, or add a natural: section (or both)",
@@ -116,18 +201,16 @@ def resolve_grid(document: JsonObject, source: str) -> Grid:
     return Grid(
         source=source,
         configs=configs,
-        depths=depths,
+        depths=tuple(sorted(sections.depths)),
         benchy=benchy,
-        natural=natural,
-        study=study,
-        gpu_slots=tuple(map(str, document["gpu_slots"])) if document.get("gpu_slots") else None,
+        natural=sections.natural,
+        study=sections.study,
+        gpu_slots=sections.gpu_slots or None,
         prefix_cache_pass=prefix_cache_pass,
         filters={
-            key: _filter_values(key, document[key], allowed[key], source)
-            for key in FILTER_KEYS
-            if document.get(key) is not None
+            key: _filter_values(key, raw, allowed[key], source)
+            for key, raw in sections.filters.given().items()
         },
-        document=document,
     )
 
 
@@ -183,91 +266,49 @@ def _volume_paths(volumes: Iterable[Volume]) -> list[str]:
     return [path for v in volumes for path in (v.host, v.container)]
 
 
-def _engine(name: str, e: JsonObject) -> Engine:
-    volumes = tuple(Volume(**v) for v in e["volumes"])
-    _check_no_literal_secrets(f"engines.{name}", e["env"])
+def _engine(engine: Engine) -> Engine:
+    where = f"engines.{engine.name}"
+    _check_no_literal_secrets(where, engine.env)
     _check_no_secrets_in_arguments(
-        f"engines.{name}",
-        [*e.get("command", []), *(e.get("entrypoint") or []), *e["extra_args"], *_volume_paths(volumes)],
+        where,
+        [*engine.command, *(engine.entrypoint or ()), *engine.extra_args, *_volume_paths(engine.volumes)],
     )
-    if e["runtime"] == "docker" and not e.get("image"):
+    if engine.runtime == "docker" and not engine.image:
         raise ConfigError(
-            f"key engines.{name}.image: the docker runtime needs an image",
-            hint=f"set engines.{name}.image or use runtime: process",
+            f"key {where}.image: the docker runtime needs an image",
+            hint=f"set {where}.image or use runtime: process",
         )
-    if e["runtime"] == "process" and not e.get("command"):
+    if engine.runtime == "process" and not engine.command:
         raise ConfigError(
-            f"key engines.{name}.command: the process runtime needs a command",
+            f"key {where}.command: the process runtime needs a command",
             hint="e.g. command: [vllm, serve] or [llama-server]",
         )
-    return Engine(
-        name=name,
-        kind=e["kind"],
-        runtime=e["runtime"],
-        label=e.get("label") or name,
-        image=e.get("image"),
-        entrypoint=tuple(map(str, e["entrypoint"])) if e.get("entrypoint") is not None else None,
-        command=tuple(map(str, e["command"])),
-        env={k: str(v) for k, v in e["env"].items()},
-        volumes=volumes,
-        files=tuple(e["files"]),
-        extra_args=tuple(map(str, e["extra_args"])),
-        host=e["host"],
-        port=e["port"],
-        port_in_use=e["port_in_use"],
-        network=e["network"],
-        gpus=e["gpus"],
-        ipc=e["ipc"],
-        shm_size=e["shm_size"],
-        ulimits=dict(e["ulimits"]),
-        privileged=e["privileged"],
-        health_path=e["health_path"],
-        startup_timeout_s=float(e["startup_timeout_s"]),
-        fatal_log_patterns=tuple(e["fatal_log_patterns"]),
-        api_key_env=e["api_key_env"],
-        pass_env=tuple(e["pass_env"]),
+    # a whole number of seconds (900) as a float, as cells' contexts and fingerprints hold it
+    return replace(
+        engine, label=engine.label or engine.name, startup_timeout_s=float(engine.startup_timeout_s)
     )
 
 
-def _checkpoint(name: str, c: JsonObject) -> Checkpoint:
-    volumes = tuple(Volume(**v) for v in c["volumes"])
-    _check_no_secrets_in_arguments(f"checkpoints.{name}", [c["model"], *_volume_paths(volumes)])
-    return Checkpoint(
-        name=name,
-        model=c["model"],
-        quantization=c["quantization"],
-        weights=c["weights"] or name,
-        quantization_flag=c["quantization_flag"],
-        dtype=c["dtype"],
-        served_model_name=c.get("served_model_name") or name,
-        tokenizer=c.get("tokenizer"),
-        active_weight_gb=c.get("active_weight_gb"),
-        files=tuple(c["files"]),
-        volumes=volumes,
-    )
-
-
-def _speculation(name: str, s: JsonObject) -> Speculation:
-    volumes = tuple(Volume(**v) for v in s["volumes"])
+def _checkpoint(checkpoint: Checkpoint) -> Checkpoint:
     _check_no_secrets_in_arguments(
-        f"speculations.{name}",
-        [*s["extra_args"], *map(json.dumps, s["extra"].values()), *_volume_paths(volumes)],
+        f"checkpoints.{checkpoint.name}", [checkpoint.model, *_volume_paths(checkpoint.volumes)]
     )
-    method = s["method"]
-    k = s.get("num_speculative_tokens")
-    fallback_label = "none" if method == "none" else (f"{method} n={k}" if k else method)
-    return Speculation(
-        name=name,
-        method=method,
-        label=s.get("label") or fallback_label,
-        draft_model=s["draft_model"],
-        num_speculative_tokens=k,
-        extra=dict(s["extra"]),
-        cli_form=s["cli_form"],
-        extra_args=tuple(map(str, s["extra_args"])),
-        files=tuple(s["files"]),
-        volumes=volumes,
+    return replace(
+        checkpoint,
+        weights=checkpoint.weights or checkpoint.name,
+        served_model_name=checkpoint.served_model_name or checkpoint.name,
     )
+
+
+def _speculation(spec: Speculation) -> Speculation:
+    _check_no_secrets_in_arguments(
+        f"speculations.{spec.name}",
+        [*spec.extra_args, *map(json.dumps, spec.extra.values()), *_volume_paths(spec.volumes)],
+    )
+    if spec.label:
+        return spec
+    method, k = spec.method, spec.num_speculative_tokens
+    return replace(spec, label="none" if method == "none" else (f"{method} n={k}" if k else method))
 
 
 def _check_speculation(source: str, config: str, engine: Engine, spec: Speculation) -> None:

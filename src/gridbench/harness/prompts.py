@@ -4,7 +4,7 @@ importing aiohttp would cost a quarter second."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -32,8 +32,10 @@ class NaturalSettings:
     extra_body: JsonObject
     max_error_rate: float
     request_timeout_s: float
-    # "auto" or a count (natural.harness_processes); a cell's context leaves the default out
-    processes: int | str = AUTO_PROCESSES
+    # "auto" or a count (natural.harness_processes). A cell's context leaves the default out:
+    # it changes how many requests fit, not what a cell measures, and the contexts (the
+    # cells' params) of studies measured before the key existed stay as they were
+    processes: int | str = field(default=AUTO_PROCESSES, metadata=codec.OMITTED_WHEN_DEFAULT)
 
 
 # the schema has checked it: "auto" or a count, as written

@@ -10,11 +10,13 @@ import pandas as pd
 from gridbench.aggregate import analysis
 from gridbench.aggregate.report.markdown import code, depth_list, table
 from gridbench.aggregate.text import DASH
-from gridbench.files import JsonObject
-from gridbench.grid import Grid
+from gridbench.grid import BenchySettings, Grid
+from gridbench.harness.prompts import NaturalSettings
 
 
-def _extra_body(body: JsonObject) -> str:
+def _extra_body(settings: BenchySettings | NaturalSettings) -> str:
+    """The extra body its requests send, as the method's clause (none: no clause)."""
+    body = settings.extra_body
     return f", extra body `{json.dumps(body, sort_keys=True)}`" if body else ""
 
 
@@ -29,7 +31,7 @@ def method(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> s
         f"- Depth sweep: llama-benchy {', '.join(versions) or '(no cell measured)'}, "
         f"`--pp {b.pp} --tg {b.tg}{' --exact-tg' if b.exact_tg else ''} --runs {b.runs} "
         f"--concurrency {b.concurrency} --latency-mode {b.latency_mode}`, "
-        f"{'with' if b.warmup else 'without'} its warm-up request{_extra_body(b.extra_body)}, "
+        f"{'with' if b.warmup else 'without'} its warm-up request{_extra_body(b)}, "
         f"at depths {depth_list(grid.depths)}. "
         "A cell whose depth + pp + tg exceeds the config's max model length is skipped."
     )
@@ -40,7 +42,7 @@ def method(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> s
             f"{', '.join(map(str, sorted(n.concurrency)))}, {n.requests} measured requests per level, "
             f"max_tokens {n.max_tokens}, temperature {n.temperature}, {n.warmup} serial warm-up "
             f"requests per class{', cache-busting prefix per request' if n.cache_bust else ''}"
-            f"{_extra_body(n.extra_body)}; "
+            f"{_extra_body(n)}; "
             "percentiles are nearest-rank over the ok requests, and failed requests are counted, "
             "never dropped."
         )
