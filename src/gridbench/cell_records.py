@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from gridbench import codec, provenance
 from gridbench.engines.runtime import ImageInfo
 from gridbench.grid import ServingConfig
-from gridbench.harness.natural import WarmupOutcome
+from gridbench.harness.stats import WarmupOutcome
 from gridbench.spec_metrics import Acceptance
 
 if TYPE_CHECKING:  # annotations only: reading and writing records needs no engine

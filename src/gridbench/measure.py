@@ -22,7 +22,7 @@ from gridbench.engines.events import now_iso
 from gridbench.engines.kinds import engine_kind
 from gridbench.engines.manager import EngineLease
 from gridbench.errors import BenchmarkError, ResultFileError
-from gridbench.harness import benchy
+from gridbench.harness import benchy, stats
 from gridbench.spec_metrics import Acceptance, acceptance, parse_spec_counters
 
 if TYPE_CHECKING:  # cell.py calls these functions: its cell kinds are only named here
@@ -187,7 +187,7 @@ def measure_natural(spec: NaturalCell, engine: EngineLease, scratch: Path) -> Me
             finished_at=now_iso(),
             wall_s=round(wall_s, 3),
             harness_processes=plan.processes,
-            warmup=natural.warmup_outcomes(warmups),
+            warmup=stats.warmup_outcomes(warmups),
         ),
         prefix_cache_reset=cache_reset,
         spec_decode=spec_decode,

@@ -460,20 +460,3 @@ def level_result(
         replace(stats.request_record(t, level_start), index=position) for position, t in enumerate(ordered)
     )
     return LevelResult.of(config, prompt_class, plan, records, stats.summarize(records), spec_decode)
-
-
-@dataclass(frozen=True)
-class WarmupOutcome:
-    """How a warm-up request went, for the provenance record."""
-
-    status: str
-    error: str | None
-    e2e_ms: float
-    output_tokens: int | None
-
-
-def warmup_outcomes(traces: Sequence[RequestTrace]) -> tuple[WarmupOutcome, ...]:
-    return tuple(
-        WarmupOutcome(t.status, t.error, round((t.end_ns - t.start_ns) / 1e6, 3), t.output_tokens)
-        for t in traces
-    )

@@ -201,3 +201,20 @@ def summarize(records: Sequence[RequestRecord]) -> LevelSummary:
         req_tok_s=_describe(samples["req_tok_s"]),
         percentile_warnings=tuple(percentile_warnings({metric: len(v) for metric, v in samples.items()})),
     )
+
+
+@dataclass(frozen=True)
+class WarmupOutcome:
+    """How a warm-up request went, for the provenance record."""
+
+    status: str
+    error: str | None
+    e2e_ms: float
+    output_tokens: int | None
+
+
+def warmup_outcomes(traces: Sequence[RequestTrace]) -> tuple[WarmupOutcome, ...]:
+    return tuple(
+        WarmupOutcome(t.status, t.error, round((t.end_ns - t.start_ns) / 1e6, 3), t.output_tokens)
+        for t in traces
+    )
