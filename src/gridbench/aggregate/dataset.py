@@ -404,8 +404,11 @@ def document_text(document: Mapping[str, ConfigEntry]) -> str:
 
     entries = []
     for config, entry in document.items():
+        # the rows are written one per line below; the codec need not walk them
         head = [
-            f"    {dump(key)}: {dump(value)}," for key, value in codec.to_json(entry).items() if key != "rows"
+            f"    {dump(key)}: {dump(value)},"
+            for key, value in codec.to_json(replace(entry, rows=())).items()
+            if key != "rows"
         ]
         rows = ",\n".join(f"      {dump(row)}" for row in entry.rows)
         entries.append(f"  {dump(config)}: {{\n" + "\n".join(head) + f'\n    "rows": [\n{rows}\n    ]\n  }}')
