@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from gridbench import codec, layout, provenance
+from gridbench.assets.manifest import manifest_entries
 from gridbench.cell_records import CellCoordinates, CellProvenance, EngineRecord, FailureRecord, Measured
 from gridbench.engines.events import now_iso
 from gridbench.engines.manager import EngineLease, SlotManager
@@ -295,6 +296,7 @@ def run_cell(spec: Cell, outputs: dict[str, Path]) -> int:
                 bench=measured.bench,
                 prefix_cache_reset=measured.prefix_cache_reset,
                 spec_decode=measured.spec_decode,
+                weights=manifest_entries(cfg.weight_files),
             )
             for key, data in measured.files.items():
                 atomic_write_bytes(outputs[key], data)

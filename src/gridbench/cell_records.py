@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gridbench import codec, provenance
+from gridbench.assets.manifest import ModelFile
 from gridbench.engines.runtime import ImageInfo
 from gridbench.grid import ServingConfig
 from gridbench.harness.stats import WarmupOutcome
@@ -121,6 +122,8 @@ class CellProvenance:
     )
     prefix_cache_reset: bool  # whether the engine's prefix cache was emptied before the cell
     spec_decode: Acceptance | None  # None without speculation
+    # the served files an asset step listed in its MANIFEST.json: package, version, sha256
+    weights: tuple[ModelFile, ...] = field(default=(), metadata=codec.OMITTED_WHEN_DEFAULT)
 
 
 @dataclass(frozen=True)

