@@ -636,3 +636,93 @@ def best_under_targets(points: Sequence[ParetoPoint]) -> dict[str, ParetoPoint]:
         ):
             best[p.prompt_class] = p
     return best
+
+
+@dataclass(frozen=True)
+class ClassAcceptance:
+    """A speculative config on one prompt class at one level: what its drafts achieved, and
+    the decode rate against the same weights and engine without speculation."""
+
+    config: str
+    prompt_class: str
+    concurrency: int
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    per_position: tuple[float, ...]
+    output_tok_s: float | None
+    baseline: str | None  # the config without speculation it is compared with
+    baseline_tok_s: float | None
+    output_tokens_p50: float | None
+    max_tokens: int | None
+    ended_on_eos: int | None
+    ok: int
+
+    @property
+    def speedup(self) -> float | None:
+        if self.output_tok_s is None or not self.baseline_tok_s:
+            return None
+        return self.output_tok_s / self.baseline_tok_s
+
+
+def _plain_twin(config: ConfigIdentity, identities: Sequence[ConfigIdentity]) -> str | None:
+    """The config serving the same checkpoint on the same engine without speculation."""
+    for other in identities:
+        if (
+            other.speculation_method == "none"
+            and other.engine == config.engine
+            and other.checkpoint == config.checkpoint
+        ):
+            return other.config
+    return None
+
+
+def class_acceptance(natural: pd.DataFrame) -> list[ClassAcceptance]:
+    """Every measured level of every speculative config, by prompt class (seed 000's
+    workload-class reality check): acceptance differs by what is asked."""
+    ok = measured(natural)
+    identities = config_identities(natural)
+    by_cell = {(str(r["config"]), str(r["prompt_class"]), integer(r["concurrency"])): r for r in rows(ok)}
+    result = []
+    for config in identities:
+        if config.speculation_method == "none":
+            continue
+        twin = _plain_twin(config, identities)
+        for (name, prompt_class, concurrency), row in by_cell.items():
+            if name != config.config:
+                continue
+            plain = by_cell.get((twin, prompt_class, concurrency)) if twin else None
+            per_position = optional_str(row.get("acceptance_per_position"))
+            result.append(
+                ClassAcceptance(
+                    config=name,
+                    prompt_class=prompt_class,
+                    concurrency=concurrency,
+                    acceptance_rate=optional_float(row.get("acceptance_rate")),
+                    mean_acceptance_length=optional_float(row.get("mean_acceptance_length")),
+                    per_position=tuple(json.loads(per_position)) if per_position else (),
+                    output_tok_s=optional_float(row.get("output_tok_s")),
+                    baseline=twin,
+                    baseline_tok_s=optional_float(plain.get("output_tok_s")) if plain else None,
+                    output_tokens_p50=optional_float(row.get("output_tokens_p50")),
+                    max_tokens=optional_int(row.get("max_tokens")),
+                    ended_on_eos=optional_int(row.get("ended_on_eos")),
+                    ok=integer(row["ok"]),
+                )
+            )
+    return result
+
+
+def acceptance_spread(
+    levels: Sequence[ClassAcceptance],
+) -> dict[tuple[str, int], tuple[ClassAcceptance, ...]]:
+    """Per (speculative config, concurrency) with acceptance on two classes or more: its
+    levels, the highest acceptance first."""
+    grouped: dict[tuple[str, int], list[ClassAcceptance]] = {}
+    for level in levels:
+        if level.acceptance_rate is not None:
+            grouped.setdefault((level.config, level.concurrency), []).append(level)
+    return {
+        key: tuple(sorted(group, key=lambda lv: -(lv.acceptance_rate or 0.0)))
+        for key, group in grouped.items()
+        if len(group) > 1
+    }

@@ -104,6 +104,32 @@ class Settings:
 
 
 @dataclass(frozen=True)
+class RecordedRequest:
+    """A request record of the raw file, as far as its ending goes."""
+
+    status: str | None = None
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Endings:
+    """How the cell's ok requests ended: on the model's own EOS ("stop") or at max_tokens.
+    A class whose answers end on EOS well short of max_tokens measures short answers, not
+    steady-state decode."""
+
+    ended_on_eos: int | None = None
+    ended_on_eos_share: float | None = None  # of the ok requests
+
+    @classmethod
+    def of(cls, requests: Sequence[RecordedRequest]) -> Endings:
+        ok = [r for r in requests if r.status == "ok"]
+        if not ok:
+            return cls()
+        stops = sum(r.finish_reason == "stop" for r in ok)
+        return cls(stops, round(stops / len(ok), 6))
+
+
+@dataclass(frozen=True)
 class NaturalRow:
     """One row of the natural-prompt dataset; a column group that does not apply is None."""
 
@@ -113,6 +139,7 @@ class NaturalRow:
     summary: Summary | None = None
     warnings: Warnings | None = None
     settings: Settings | None = None
+    endings: Endings | None = None
     acceptance: AcceptanceColumns | None = None
     provenance: Provenance | None = None
     failure: Failure | None = None
@@ -129,6 +156,7 @@ INTEGERS = [
     "incomplete",
     "output_tokens_p50",
     "max_tokens",
+    "ended_on_eos",
     "gpu_count",
     "exit_code",
 ]
@@ -138,6 +166,7 @@ FLOATS = [
     "wall_s",
     "output_tok_s",
     "temperature",
+    "ended_on_eos_share",
     *[f"{m}_{s}" for m in LATENCIES for s in STATISTICS],
     *[c for c in dataset.FLOAT_COLUMNS if c in dataset.ACCEPTANCE + dataset.PROVENANCE],
 ]
@@ -153,6 +182,7 @@ class NaturalResult:
     prompt_class: str | None = None
     concurrency: int | None = None
     settings: Settings | None = None
+    requests: tuple[RecordedRequest, ...] = ()
     summary: HarnessSummary = field(default_factory=HarnessSummary)
     spec_decode: RecordedAcceptance | None = None
 
@@ -179,6 +209,7 @@ def measured_row(
         output.summary.measured,
         output.summary.warnings,
         output.settings or Settings(),
+        Endings.of(output.requests),
         # the raw file carries the harness's own acceptance window; provenance the engine's
         acceptance=(AcceptanceColumns.from_recorded(output.spec_decode) or result.provenance.acceptance)
         or AcceptanceColumns(),

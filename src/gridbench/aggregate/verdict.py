@@ -389,9 +389,10 @@ def natural_findings(natural: pd.DataFrame, study: StudyInfo) -> list[str]:
         if short:
             lines.append(
                 "Median output stops well short of max_tokens for "
-                + ", ".join(f"{cls} ({tokens} of {limit} tokens)" for cls, tokens, limit in short)
+                + ", ".join(f"{cls} ({tokens} of {limit} tokens{eos})" for cls, tokens, limit, eos in short)
                 + ": those levels measure prompt processing more than decode."
             )
+        lines += class_acceptance_lines(natural)
     targets = capacity_targets(study)
     if targets:
         line = capacity_line(natural, targets)
@@ -467,7 +468,9 @@ def capacity_line(natural: pd.DataFrame, targets: Mapping[str, float]) -> str:
     return f"Under {targets_text(targets)}: " + "; ".join(clauses) + "."
 
 
-def _short_outputs(ok: pd.DataFrame) -> list[tuple[str, int, int]]:
+def _short_outputs(ok: pd.DataFrame) -> list[tuple[str, int, int, str]]:
+    """Classes whose median output is under half of max_tokens, with how many of their
+    requests ended on the model's EOS where the rows say (", 8 of 8 ended on EOS")."""
     result = []
     for prompt_class, group in ok.groupby("prompt_class", sort=False):
         limit = group["max_tokens"].dropna()
@@ -476,5 +479,33 @@ def _short_outputs(ok: pd.DataFrame) -> list[tuple[str, int, int]]:
             continue
         median = int(tokens.median())
         if median < 0.5 * int(limit.max()):
-            result.append((str(prompt_class), median, int(limit.max())))
+            eos = group["ended_on_eos"].dropna() if "ended_on_eos" in group else pd.Series()
+            counted = group.loc[eos.index, "ok"]
+            ended = f", {int(eos.sum())} of {int(counted.sum())} ended on EOS" if not eos.empty else ""
+            result.append((str(prompt_class), median, int(limit.max()), ended))
     return result
+
+
+# acceptance that differs by less between prompt classes is not called a dependence
+CLASS_SPREAD = 0.10
+
+
+def class_acceptance_lines(natural: pd.DataFrame) -> list[str]:
+    """Per speculative config, at its lowest level measured on several classes, how far
+    acceptance moves with the prompt class (when by CLASS_SPREAD or more)."""
+    lines = []
+    lowest: dict[str, int] = {}
+    spreads = analysis.acceptance_spread(analysis.class_acceptance(natural))
+    for config, concurrency in spreads:
+        lowest[config] = min(concurrency, lowest.get(config, concurrency))
+    for config, concurrency in lowest.items():
+        levels = spreads[(config, concurrency)]
+        high, low = levels[0], levels[-1]
+        if (high.acceptance_rate or 0.0) - (low.acceptance_rate or 0.0) < CLASS_SPREAD:
+            continue
+        lines.append(
+            f"Acceptance depends on the prompt class: {config} at c={concurrency} accepts "
+            f"{pct(high.acceptance_rate or 0.0)} of drafted tokens on {high.prompt_class} but "
+            f"{pct(low.acceptance_rate or 0.0)} on {low.prompt_class}; quote its speed with the workload."
+        )
+    return lines

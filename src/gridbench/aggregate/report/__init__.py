@@ -21,7 +21,12 @@ from gridbench.aggregate.report.depth import (
     startup_section,
     summary_table,
 )
-from gridbench.aggregate.report.natural import capacity_section, natural_section, pareto_section
+from gridbench.aggregate.report.natural import (
+    capacity_section,
+    natural_section,
+    pareto_section,
+    workload_class_section,
+)
 from gridbench.aggregate.report.study import configs_table, environment, method
 from gridbench.aggregate.report.summary import checks_section, verdict
 from gridbench.grid import Grid
@@ -59,6 +64,7 @@ def render_report(
     if grid.natural:
         sections += [
             "## Natural prompts\n\n" + natural_section(natural),
+            "## Acceptance by prompt class\n\n" + workload_class_section(natural),
             "## Capacity under latency targets\n\n" + capacity_section(natural, study),
             "## Pareto frontier: throughput per GPU against per-user speed\n\n"
             + pareto_section(natural, study),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from gridbench.aggregate import analysis
-from gridbench.aggregate.records import missing
+from gridbench.aggregate.records import Row, missing
 from gridbench.aggregate.report.markdown import code, table
 from gridbench.aggregate.text import DASH, num, pct
 from gridbench.aggregate.verdict import (
@@ -14,6 +14,8 @@ from gridbench.aggregate.verdict import (
     targets_text,
 )
 from gridbench.grid import StudyInfo
+
+POSITIONS_SHOWN = 4
 
 
 def natural_section(natural: pd.DataFrame | None) -> str:
@@ -25,7 +27,7 @@ def natural_section(natural: pd.DataFrame | None) -> str:
         rows = []
         for row in mine.to_dict("records"):
             if row["status"] != "ok":
-                rows.append((row["prompt_class"], row["concurrency"], row["status"], *[DASH] * 9))
+                rows.append((row["prompt_class"], row["concurrency"], row["status"], *[DASH] * 10))
                 continue
             acceptance = pct(row["acceptance_rate"]) if not missing(row["acceptance_rate"]) else DASH
             rows.append(
@@ -39,6 +41,7 @@ def natural_section(natural: pd.DataFrame | None) -> str:
                     num(row["tpot_ms_p50"], 1),
                     num(row["tpot_ms_p95"], 1),
                     num(row["output_tokens_p50"], 0),
+                    _eos_text(row),
                     num(row["wall_s"], 1),
                     f"{row['ok']} / {row['errored']} / {row['incomplete']}",
                     acceptance,
@@ -56,6 +59,7 @@ def natural_section(natural: pd.DataFrame | None) -> str:
                 "TPOT p50 (ms)",
                 "TPOT p95 (ms)",
                 "median out (tokens)",
+                "ended on EOS",
                 "wall (s)",
                 "ok / errored / incomplete",
                 "acceptance",
@@ -67,6 +71,62 @@ def natural_section(natural: pd.DataFrame | None) -> str:
             block += "\n\nPercentile warnings: " + "; ".join(warnings) + "."
         blocks.append(block)
     return "\n\n".join(blocks)
+
+
+def _eos_text(row: Row) -> str:
+    eos = row.get("ended_on_eos")
+    return DASH if eos is None or missing(eos) else f"{int(eos)} of {row['ok']}"
+
+
+def workload_class_section(natural: pd.DataFrame | None) -> str:
+    """Seed 000's workload-class reality check: each speculative config's acceptance and
+    speed-up by prompt class, side by side, with how the class's answers ended."""
+    if natural is None:
+        return "No natural-prompt cell was measured."
+    levels = analysis.class_acceptance(natural)
+    if not levels:
+        return "No speculative config measured a natural-prompt cell."
+    rows = [
+        (
+            code(lv.config),
+            lv.prompt_class,
+            lv.concurrency,
+            pct(lv.acceptance_rate) if lv.acceptance_rate is not None else DASH,
+            num(lv.mean_acceptance_length, 2) if lv.mean_acceptance_length is not None else DASH,
+            " ".join(pct(rate) for rate in lv.per_position[:POSITIONS_SHOWN]) or DASH,
+            num(lv.output_tok_s),
+            f"{num(lv.speedup, 2)}x over {code(lv.baseline)}" if lv.speedup is not None else DASH,
+            DASH if lv.output_tokens_p50 is None else f"{num(lv.output_tokens_p50, 0)} of {lv.max_tokens}",
+            f"{lv.ended_on_eos} of {lv.ok}" if lv.ended_on_eos is not None else DASH,
+        )
+        for lv in levels
+    ]
+    lines = [
+        f"`{config}` at c={concurrency}: acceptance {pct(best[0].acceptance_rate or 0.0)} on "
+        f"{best[0].prompt_class} down to {pct(best[-1].acceptance_rate or 0.0)} on {best[-1].prompt_class}."
+        for (config, concurrency), best in analysis.acceptance_spread(levels).items()
+    ]
+    return (
+        "A tok/s figure means little without the workload that produced it: acceptance by prompt "
+        "class, from the engine's counters over each cell's measured requests; the speed-up is "
+        "against the same checkpoint and engine without speculation, same class and level.\n\n"
+        + table(
+            (
+                "config",
+                "class",
+                "c",
+                "acceptance",
+                "mean acceptance length",
+                f"per position (first {POSITIONS_SHOWN})",
+                "agg tok/s",
+                "speed-up",
+                "median out (tokens)",
+                "ended on EOS",
+            ),
+            rows,
+        )
+        + ("\n\n" + "\n".join(f"- {line}" for line in lines) if lines else "")
+    )
 
 
 def capacity_section(natural: pd.DataFrame | None, study: StudyInfo) -> str:

@@ -10,7 +10,7 @@ import pandas as pd
 from gridbench.aggregate import analysis
 from gridbench.aggregate.report.markdown import code, depth_list, table
 from gridbench.aggregate.text import DASH
-from gridbench.grid import BenchySettings, Grid
+from gridbench.grid import BenchySettings, Checkpoint, Grid
 from gridbench.harness.prompts import NaturalSettings
 
 
@@ -143,15 +143,22 @@ def environment(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None)
     return text
 
 
+def weights_text(checkpoint: Checkpoint) -> str:
+    origin = checkpoint.origin
+    if origin is None:
+        return "not declared"
+    return f"{origin.kind}: {origin.source}" if origin.source else origin.kind
+
+
 def configs_table(grid: Grid, dataset: pd.DataFrame) -> str:
     rows = []
     meta = dataset.drop_duplicates("config")
     fingerprints = analysis.measured(dataset).drop_duplicates("config").set_index("config")["fingerprint"]
     for row in meta.itertuples():
         cfg = grid.configs.get(row.config)
-        serving = DASH
-        flags = DASH
+        serving = flags = weights = DASH
         if cfg is not None:
+            weights = weights_text(cfg.checkpoint)
             s = cfg.serving
             serving = (
                 f"max len {s.max_model_len} · prefix cache {'on' if s.prefix_caching else 'off'} · "
@@ -163,6 +170,7 @@ def configs_table(grid: Grid, dataset: pd.DataFrame) -> str:
                 code(row.config),
                 row.engine_label,
                 row.quantization,
+                weights,
                 row.speculation_label,
                 row.config_label,
                 serving,
@@ -175,6 +183,7 @@ def configs_table(grid: Grid, dataset: pd.DataFrame) -> str:
             "config",
             "engine",
             "checkpoint",
+            "weights",
             "speculation",
             "label",
             "serving",

@@ -5,12 +5,50 @@ from __future__ import annotations
 import pandas as pd
 
 from gridbench.aggregate.checks import run_checks
+from gridbench.aggregate.text import and_list
 from gridbench.aggregate.verdict import verdict_lines
 from gridbench.grid import Grid
 
 
+def random_weight_configs(grid: Grid) -> list[str]:
+    """Configs whose checkpoint declares random weights: their findings are mechanism checks."""
+    return [
+        name
+        for name, cfg in grid.configs.items()
+        if cfg.checkpoint.origin is not None and not cfg.checkpoint.origin.real
+    ]
+
+
+def _split(frame: pd.DataFrame, configs: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The frame's rows of other configs, and those of ``configs``."""
+    chosen = frame["config"].isin(configs)
+    return frame[~chosen], frame[chosen]
+
+
+def weighed_verdict_lines(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> list[str]:
+    """The verdict's findings, those on real weights first; a finding that rests on random
+    weights follows, labelled as the mechanism check it is."""
+    random = random_weight_configs(grid)
+    if not random or not dataset["config"].isin(random).any():
+        return verdict_lines(dataset, natural, grid.study)
+    real_depth, random_depth = _split(dataset, random)
+    real_natural, random_natural = _split(natural, random) if natural is not None else (None, None)
+    lines = []
+    if not real_depth.empty:
+        lines += verdict_lines(real_depth, real_natural, grid.study)
+    label = f"Mechanism check, random weights ({and_list(random)})"
+    lines += [f"{label}: {line}" for line in verdict_lines(random_depth, random_natural, grid.study)]
+    if real_depth.empty:
+        lines.insert(
+            0,
+            "Every checkpoint measured here holds random weights: the lines below show that engines, "
+            "counters and harness work, not how these methods perform on a real model.",
+        )
+    return lines
+
+
 def verdict(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
-    lines = verdict_lines(dataset, natural, grid.study)
+    lines = weighed_verdict_lines(grid, dataset, natural)
     # a caveat belongs next to the conclusions it qualifies, not only further down
     checks = run_checks(dataset, natural, grid.study)
     warned = [check.title for check in checks if check.triggered]
