@@ -29,7 +29,6 @@ if [ "${1:-}" = --vllm ]; then
     shift
 fi
 dir=${1:-.device-carry}
-pyver=${PYTHON_VERSION:-3.12}
 python=${PYTHON:-python3}
 piece_mib=${PIECE_MIB:-56}
 vllm_version=0.26.0
@@ -37,36 +36,17 @@ mkdir -p "$dir/whl"
 
 bash scripts/fetch_llamacpp_source.sh "$dir" > /dev/null
 
-platforms=()
-for tag in manylinux_2_17 manylinux2014 manylinux_2_24 manylinux_2_27 manylinux_2_28 manylinux_2_31 manylinux_2_34 manylinux_2_5 manylinux1; do
-    platforms+=(--platform "${tag}_x86_64")
-done
-download() { # download REQUIREMENT INTO: a cp312 manylinux (or pure) wheel, once
-    local requirement=$1 into=$2 name version
-    name=${requirement%%==*}
-    version=${requirement##*==}
-    if compgen -G "$into/$(echo "$name" | tr - _)-$version-*.whl" > /dev/null ||
-        compgen -G "$into/$name-$version-*.whl" > /dev/null; then
-        return 0
-    fi
-    if ! "$python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-        --python-version "$pyver" --implementation cp "${platforms[@]}" -d "$into" "$requirement" 2> /dev/null; then
-        # no wheel on PyPI (a pure-Python sdist, e.g. connection-pool): build one
-        "$python" -m pip wheel -q --disable-pip-version-check --no-deps -w "$into" "$requirement"
-    fi
-}
 lists=(scripts/gpu-device-wheels.txt)
 $with_vllm && lists+=(scripts/vllm-device-wheels.txt)
-grep -hEv '^\s*(#|$)' "${lists[@]}" | while read -r requirement; do
-    download "$requirement" "$dir/whl"
-done
+# shellcheck disable=SC2046 # one requirement a line, none with spaces
+bash scripts/device_wheels.sh download "$dir/whl" $(grep -hEv '^\s*(#|$)' "${lists[@]}")
 
 vllm_tarball="$dir/vllm-$vllm_version-hopper.tar.xz"
 if $with_vllm && [ ! -s "$vllm_tarball" ]; then
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
     echo "downloading vllm $vllm_version (290 MB) and stripping it for Hopper" >&2
-    download "vllm==$vllm_version" "$work"
+    bash scripts/device_wheels.sh download "$work" "vllm==$vllm_version"
     mkdir "$work/tree"
     "$python" -m zipfile -e "$work"/vllm-"$vllm_version"-*.whl "$work/tree"
     # never loaded by a dense model on sm_90: FA2 (Hopper runs FA3), the Rust router,

@@ -26,6 +26,7 @@
 #                        comes first
 #          BUDGET_S      seconds this script may take in all (570); the sweep is stopped
 #                        PACK_S (40) before that
+# Exits non-zero, after packing what there is, when a step failed or no cell was measured.
 # $OUT receives at most 8 files: run.log, study.tar.gz, dataset.csv, comparison.md and,
 # when this run built llama.cpp, llamacpp-cuda-bin.tar.gz (split into .part-* pieces of
 # 15 MiB when larger: 4 for the CUDA build) to carry next time instead of building again.
@@ -45,6 +46,7 @@ exec > >(tee -a "$out/run.log") 2>&1
 tee_pid=$!
 timings=logs/gpu/timings.tsv
 touch "$timings"
+first_timing=$(($(wc -l < "$timings") + 1)) # the file keeps earlier runs' rows
 
 # timed NAME CMD...: run CMD, log and record its wall time and exit code
 timed() {
@@ -58,6 +60,8 @@ timed() {
     return "$rc"
 }
 
+# informational, so it always succeeds (its last command is an echo): a missing nvidia-smi
+# or nvcc shows here, and fails the steps that need them
 machine() {
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv
     nvcc --version | tail -2
@@ -182,7 +186,9 @@ finish() {
     if [ -n "$grid" ] && { [ ! -s dataset/comparison.md ] || [ -d partial ]; }; then
         gridbench finalize --grid "$grid" --outdir .
     fi
-    [ -s dataset/dataset.csv ] && python3 - << 'SUMMARY'
+    # no dataset is no failure of this step: the verdict at the end reports nothing measured
+    [ -s dataset/dataset.csv ] || return 0
+    python3 - << 'SUMMARY'
 import pandas as pd
 
 frame = pd.read_csv("dataset/dataset.csv")
@@ -235,6 +241,18 @@ if timed carry carried && timed python_env python_env; then # (its PATH and PYTH
     timed finish finish
 fi
 timed pack pack
-echo "done in $SECONDS s"
+
+# the run fails when a step failed or no cell was measured
+failed=$(tail -n +"$first_timing" "$timings" | awk -F '\t' '$3 != 0 && !seen[$1]++ { print $1 }' | xargs)
+measured=$(python3 -c 'import csv, sys; print(sum(r.get("status") == "ok" for r in csv.DictReader(open(sys.argv[1]))))' \
+    dataset/dataset.csv 2> /dev/null || echo 0)
+verdict=${failed:+failed steps: $failed}
+[ "$measured" -gt 0 ] || verdict="${verdict:+$verdict; }no cell measured (no ok row in dataset/dataset.csv)"
+if [ -n "$verdict" ]; then
+    echo "FAILED in $SECONDS s: $verdict"
+else
+    echo "done in $SECONDS s: $measured cells ok"
+fi
 exec >&- 2>&-
 wait "$tee_pid" # run.log complete before the command returns
+[ -z "$verdict" ]

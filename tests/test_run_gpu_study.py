@@ -1,0 +1,112 @@
+"""scripts/run_gpu_study.sh fails, after packing what it has, when a step failed or when no cell
+was measured, and says which on its last line. Run on this machine in a copy of the tree whose
+models script writes nothing (the real one writes 6 GB). nvidia-smi fails: the informational
+`machine` step must not count that."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+# what a developer may have set for a real run
+REAL_RUN_SETTINGS = ("RESULTS_FROM", "WHILE_BUILDING", "STUDY_CONFIG", "STUDY", "BUDGET_S")
+FAKE_SNAKEMAKE = """#!/usr/bin/env bash
+# a sweep that leaves a dataset of one cell with status $CELL_STATUS
+[ "${1:-}" = --version ] && echo 9.27.1 && exit 0
+mkdir -p dataset
+printf 'config,context_tokens,status\\nF16_none,512,%s\\n' "$CELL_STATUS" > dataset/dataset.csv
+"""
+FAKE_LLAMA_SERVER = """#!/usr/bin/env bash
+echo "Available devices:"
+echo "  CUDA0: NVIDIA H200 (143000 MiB, 142000 MiB free)"
+"""
+
+
+def executable(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+@pytest.fixture
+def tree(tmp_path) -> Path:
+    tree = tmp_path / "tree"
+    (tree / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts/run_gpu_study.sh", tree / "scripts")
+    executable(tree / "scripts/prepare_gpu_models.sh", "#!/usr/bin/env bash\necho no models here\n")
+    (tree / "src").symlink_to(REPO / "src")
+    return tree
+
+
+@pytest.fixture
+def fake_bin(tmp_path) -> Path:
+    """Commands found before the real ones: an nvidia-smi without a GPU to see."""
+    fake_bin = tmp_path / "fake-bin"
+    executable(fake_bin / "nvidia-smi", "#!/usr/bin/env bash\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
+    return fake_bin
+
+
+def run_study(
+    tree: Path, fake_bin: Path, tmp_path: Path, **env: str
+) -> tuple[subprocess.CompletedProcess, Path]:
+    out = tmp_path / "out"
+    (tmp_path / "carry").mkdir()  # no wheels, no llama.cpp sources
+    study_env = {
+        **{name: value for name, value in os.environ.items() if name not in REAL_RUN_SETTINGS},
+        "OUT": str(out),
+        "CARRY": str(tmp_path / "carry"),
+        "CARRY_STASH": str(tmp_path / "stash"),
+        "GRIDBENCH_SITE": str(tmp_path / "site"),
+        # python3 is this venv's: it has what the carried wheels would bring
+        "PATH": os.pathsep.join([str(fake_bin), str(Path(sys.executable).parent), os.environ["PATH"]]),
+        **env,
+    }
+    result = subprocess.run(
+        ["bash", tree / "scripts/run_gpu_study.sh"],
+        capture_output=True,
+        text=True,
+        env=study_env,
+        timeout=120,
+    )
+    return result, out
+
+
+def last_line(result: subprocess.CompletedProcess) -> str:
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_a_failed_step_fails_the_run_after_packing(tree, fake_bin, tmp_path):
+    result, out = run_study(tree, fake_bin, tmp_path)
+    assert "NVIDIA-SMI has failed" in result.stdout  # and `machine` is not among the failed steps
+    assert "no llama.cpp build runs here" in result.stdout
+    assert result.returncode != 0
+    assert last_line(result).startswith("FAILED in ")
+    assert last_line(result).endswith(
+        ": failed steps: llama_cpp; no cell measured (no ok row in dataset/dataset.csv)"
+    )
+    assert (out / "study.tar.gz").stat().st_size > 0
+    assert (out / "run.log").read_text().strip().splitlines()[-1] == last_line(result)
+
+
+@pytest.mark.parametrize(("cell_status", "returncode", "verdict"), [
+    ("failed", 1, r"FAILED in \d+ s: no cell measured \(no ok row in dataset/dataset.csv\)"),
+    ("ok", 0, r"done in \d+ s: 1 cells ok"),
+])  # fmt: skip
+def test_a_run_without_an_ok_cell_fails(tree, fake_bin, tmp_path, cell_status, returncode, verdict):
+    executable(fake_bin / "snakemake", FAKE_SNAKEMAKE)
+    # a carried llama.cpp build that sees the GPU: the sweep runs
+    executable(tree / "resources/llamacpp-cuda/bin/llama-server", FAKE_LLAMA_SERVER)
+    (tree / "resources/llamacpp-cuda/bin/.carried").write_text("carried\n")
+    result, out = run_study(tree, fake_bin, tmp_path, CELL_STATUS=cell_status)
+    assert "== sweep: " in result.stdout and "failed steps" not in result.stdout
+    assert result.returncode == returncode, result.stdout[-3000:]
+    assert re.fullmatch(verdict, last_line(result)), last_line(result)
+    assert (out / "dataset.csv").exists()
