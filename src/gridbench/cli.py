@@ -430,6 +430,15 @@ def cmd_assets_real_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_assets_real_hf(args: argparse.Namespace) -> int:
+    from gridbench.assets.real_models import write_real_hf
+
+    manifest = write_real_hf(args.name, args.file_type, args.model_dir)
+    for entry in manifest.files:
+        print(f"wrote {entry.file} in {args.model_dir}/hf-{args.file_type} ({entry.derived})")
+    return 0
+
+
 def cmd_assets_weight_gb(args: argparse.Namespace) -> int:
     from gridbench.assets.gguf_model import active_weight_bytes
     from gridbench.assets.llama_formats import hf_active_weight_bytes
@@ -649,6 +658,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="llama.cpp types to store the shipped weights in besides the shipped one",
     )
     p.set_defaults(func=cmd_assets_real_model)
+    p = asub.add_parser(
+        "real-hf", help="a real-model GGUF of real-model's folder as a vLLM checkpoint: MODEL_DIR/hf-TYPE"
+    )
+    p.add_argument("name", help="smollm2-135m-instruct")
+    p.add_argument("file_type", help="which of its GGUF files (q4_1, q4_0 ...)")
+    p.add_argument("--model-dir", required=True, type=Path)
+    p.set_defaults(func=cmd_assets_real_hf)
     p = asub.add_parser(
         "weight-gb",
         help="GB of weights a decoded token reads, per GGUF or safetensors file "

