@@ -5,6 +5,7 @@ deliberate change, to be reviewed in the diff)."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -13,6 +14,7 @@ import report_fixtures as rf
 from gridbench import layout
 from gridbench.aggregate.checks import Check, run_checks
 from gridbench.aggregate.report import render_report
+from gridbench.grid import WeightsOrigin
 
 GRAPHS = [f"../graphs/{name}.png" for name in layout.DEPTH_GRAPHS]
 NATURAL_GRAPHS = GRAPHS + [f"../graphs/{name}.png" for name in layout.NATURAL_GRAPHS]
@@ -117,7 +119,10 @@ def test_seed000_roofline_capacity_and_natural_tables(seed000):
     )
     natural = section(report, "Natural prompts")
     # seed 000's published row, verbatim
-    assert "| code | 8 | 194 | 25.8 | 883 | 1126 | 36.8 | 40.5 | 512 | 40.8 | 16 / 0 / 0 | 31 % |" in natural
+    assert (
+        "| code | 8 | 194 | 25.8 | 883 | 1126 | 36.8 | 40.5 | 512 | 0 of 16 | 40.8 | 16 / 0 / 0 | 31 % |"
+        in natural
+    )
     assert "| prose | 16 | failed |" in natural
     capacity = section(report, "Capacity under latency targets")
     assert "TTFT p50 ≤ 1000 ms and TPOT p50 ≤ 50.0 ms" in capacity
@@ -135,7 +140,7 @@ def test_seed000_roofline_capacity_and_natural_tables(seed000):
         "level; on prose, Q_nvfp4_dflash_k5 and Q_nvfp4_dflash_k15 sustain c=1 and Q_fp8_mtp1 no level."
         in verdict
     )
-    assert "dialogue (14 of 512 tokens)" in verdict
+    assert "dialogue (median 14 of 512 tokens" in verdict
 
 
 def test_capacity_verdict_says_nothing_of_a_config_it_never_measured(seed000):
@@ -415,3 +420,88 @@ def test_speculation_verdict_says_where_it_pays_off_in_words_a_user_acts_on(seed
     speedup = section(report, "Speedup over baseline")
     assert "| `Q_bf16_dfl8` | `Q_bf16_aeon_n0` |" in speedup
     assert "slower at every depth measured (0–65536) |" in speedup
+
+
+def _with_origin(grid, kinds: dict[str, str]):
+    """The grid with the checkpoints of ``kinds`` declaring real or random weights."""
+    configs = {
+        name: replace(
+            cfg, checkpoint=replace(cfg.checkpoint, origin=WeightsOrigin(kinds[cfg.checkpoint.name]))
+        )
+        if cfg.checkpoint.name in kinds
+        else cfg
+        for name, cfg in grid.configs.items()
+    }
+    return replace(grid, configs=configs)
+
+
+def test_findings_on_random_weights_follow_the_real_ones_labelled_as_mechanism_checks(seed002):
+    grid, frame = seed002
+    unlabelled = section(render_report(grid, frame), "Verdict")
+    assert "Mechanism check" not in unlabelled
+    checkpoints = {cfg.checkpoint.name for cfg in grid.configs.values()}
+    random_one = sorted(checkpoints)[0]
+    mixed = _with_origin(grid, {name: "real" if name != random_one else "random" for name in checkpoints})
+    report = render_report(mixed, frame)
+    lines = section(report, "Verdict").splitlines()
+    labelled = [i for i, line in enumerate(lines) if line.startswith("- Mechanism check: ")]
+    real = [i for i, line in enumerate(lines) if line.startswith("- ") and "echanism check" not in line]
+    assert labelled and real and max(real[:-1]) < min(labelled)  # real findings lead ([Checks] last)
+    random_configs = [n for n, cfg in grid.configs.items() if cfg.checkpoint.name == random_one]
+    header = lines[labelled[0] - 1]
+    assert header.endswith(
+        "serve random weights: the mechanism checks below show that engines, counters "
+        "and harness work, not how these methods perform on a real model."
+    )
+    assert all(name in header for name in random_configs)
+    assert "| random |" in section(report, "Configs") and "| real |" in section(report, "Configs")
+    all_random = _with_origin(grid, dict.fromkeys(checkpoints, "random"))
+    verdict = section(render_report(all_random, frame), "Verdict")
+    assert verdict.startswith("- Every checkpoint measured here holds random weights")
+    assert all(
+        line.startswith("- Mechanism check") for line in verdict.splitlines()[1:] if "[Checks]" not in line
+    )
+
+
+def test_acceptance_by_prompt_class_is_tabled_and_a_spread_is_a_finding(seed000):
+    grid, frame, natural = seed000
+    config = "Q_nvfp4_dflash_k5"
+    natural = natural.copy()
+    rates = {"code": 0.75, "reasoning": 0.78, "dialogue": 0.45, "prose": 0.30}
+    for prompt_class, rate in rates.items():
+        natural.loc[
+            (natural["config"] == config) & (natural["prompt_class"] == prompt_class), "acceptance_rate"
+        ] = rate
+    report = render_report(grid, frame, natural)
+    table = section(report, "Acceptance by prompt class")
+    assert "| `Q_nvfp4_dflash_k5` | reasoning | 1 | 78 % |" in table
+    assert "`Q_nvfp4_dflash_k5` at c=1: acceptance 78 % on reasoning down to 30 % on prose." in table
+    assert (
+        "- Acceptance depends on the prompt class: Q_nvfp4_dflash_k5 at c=1 accepts 78 % of drafted "
+        "tokens on reasoning but 30 % on prose; quote its speed with the workload."
+        in section(report, "Verdict")
+    )
+    # the same acceptance on every class is no finding
+    assert "Acceptance depends" not in section(
+        render_report(grid, frame, natural.assign(acceptance_rate=0.5)), "Verdict"
+    )
+
+
+def test_answers_that_end_on_eos_are_counted_and_named_in_the_verdict(seed000):
+    grid, frame, natural = seed000
+    natural = natural.copy()
+    natural["ended_on_eos"] = 0
+    dialogue = natural["prompt_class"] == "dialogue"
+    natural.loc[dialogue, "ended_on_eos"] = natural.loc[dialogue, "ok"]
+    report = render_report(grid, frame, natural)
+    ok = int(natural.loc[dialogue & (natural["status"] == "ok"), "ok"].sum())
+    assert f"dialogue (median 14 of 512 tokens, {ok} of {ok} ended on EOS)" in section(report, "Verdict")
+    assert "| dialogue | 1 | 12.0 |" in section(report, "Natural prompts")
+    # most answers ending on EOS is the finding even where the median output is not that short
+    longer = natural.assign(output_tokens_p50=natural["output_tokens_p50"].where(~dialogue, 400))
+    assert "dialogue (median 400 of 512 tokens" in section(render_report(grid, frame, longer), "Verdict")
+    ended_on_length = natural.assign(
+        ended_on_eos=0, output_tokens_p50=natural["output_tokens_p50"].where(~dialogue, 400)
+    )
+    assert "Answers stop short" not in section(render_report(grid, frame, ended_on_length), "Verdict")
+    assert "| 16 of 16 |" in section(report, "Natural prompts")

@@ -706,7 +706,7 @@ def class_acceptance(natural: pd.DataFrame) -> list[ClassAcceptance]:
                     output_tokens_p50=optional_float(row.get("output_tokens_p50")),
                     max_tokens=optional_int(row.get("max_tokens")),
                     ended_on_eos=optional_int(row.get("ended_on_eos")),
-                    ok=integer(row["ok"]),
+                    ok=optional_int(row.get("ok")) or 0,
                 )
             )
     return result

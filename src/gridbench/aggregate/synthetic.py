@@ -30,6 +30,8 @@ from gridbench.spec_metrics import Acceptance, SpecCounters, acceptance
 
 STARTED_AT = "2026-07-09T12:00:00.000+00:00"
 
+MAX_TOKENS = 512  # the natural levels' limit, as seed 000's
+
 
 def _runs(mean: float, std: float, runs: int) -> Metric:
     """Run values with exactly this mean and population std (as llama-benchy reports)."""
@@ -243,7 +245,8 @@ def natural_raw(
                 output_tokens=None if failed else output_tokens,
                 tokens_per_s=None if failed else output_tokens / e2e * 1000,
                 itl_ms=() if failed else (tpot,) * 4,
-                finish_reason=None if failed else "length",
+                # an answer shorter than max_tokens ended on the model's EOS
+                finish_reason=None if failed else ("length" if output_tokens >= MAX_TOKENS else "stop"),
             )
         )
     e2e_p50 = ttft_p50 + tpot_p50 * (output_tokens - 1)
@@ -269,7 +272,7 @@ def natural_raw(
         concurrency=concurrency,
         requests=requests,
         warmup=3,
-        max_tokens=512,
+        max_tokens=MAX_TOKENS,
         temperature=0,
         cache_bust=True,
         extra_body={},

@@ -388,9 +388,11 @@ def natural_findings(natural: pd.DataFrame, study: StudyInfo) -> list[str]:
         short = _short_outputs(ok)
         if short:
             lines.append(
-                "Median output stops well short of max_tokens for "
-                + ", ".join(f"{cls} ({tokens} of {limit} tokens{eos})" for cls, tokens, limit, eos in short)
-                + ": those levels measure prompt processing more than decode."
+                "Answers stop short of max_tokens for "
+                + ", ".join(
+                    f"{cls} (median {tokens} of {limit} tokens{eos})" for cls, tokens, limit, eos in short
+                )
+                + ": those levels measure short answers and prompt processing more than steady-state decode."
             )
         lines += class_acceptance_lines(natural)
     targets = capacity_targets(study)
@@ -469,8 +471,9 @@ def capacity_line(natural: pd.DataFrame, targets: Mapping[str, float]) -> str:
 
 
 def _short_outputs(ok: pd.DataFrame) -> list[tuple[str, int, int, str]]:
-    """Classes whose median output is under half of max_tokens, with how many of their
-    requests ended on the model's EOS where the rows say (", 8 of 8 ended on EOS")."""
+    """Classes whose answers stop short: a median output under half of max_tokens, or most
+    requests ended on the model's own EOS; with how many did, where the rows say (", 8 of 8
+    ended on EOS")."""
     result = []
     for prompt_class, group in ok.groupby("prompt_class", sort=False):
         limit = group["max_tokens"].dropna()
@@ -478,10 +481,11 @@ def _short_outputs(ok: pd.DataFrame) -> list[tuple[str, int, int, str]]:
         if limit.empty or tokens.empty:
             continue
         median = int(tokens.median())
-        if median < 0.5 * int(limit.max()):
-            eos = group["ended_on_eos"].dropna() if "ended_on_eos" in group else pd.Series()
-            counted = group.loc[eos.index, "ok"]
-            ended = f", {int(eos.sum())} of {int(counted.sum())} ended on EOS" if not eos.empty else ""
+        eos = group["ended_on_eos"].dropna() if "ended_on_eos" in group else pd.Series()
+        counted = int(group.loc[eos.index, "ok"].sum())
+        mostly_eos = counted > 0 and int(eos.sum()) > counted / 2
+        if median < 0.5 * int(limit.max()) or mostly_eos:
+            ended = f", {int(eos.sum())} of {counted} ended on EOS" if not eos.empty else ""
             result.append((str(prompt_class), median, int(limit.max()), ended))
     return result
 

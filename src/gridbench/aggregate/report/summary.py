@@ -34,17 +34,16 @@ def weighed_verdict_lines(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFra
     real_depth, random_depth = _split(dataset, random)
     real_natural, random_natural = _split(natural, random) if natural is not None else (None, None)
     lines = []
-    if not real_depth.empty:
-        lines += verdict_lines(real_depth, real_natural, grid.study)
-    label = f"Mechanism check, random weights ({and_list(random)})"
-    lines += [f"{label}: {line}" for line in verdict_lines(random_depth, random_natural, grid.study)]
+    what = "engines, counters and harness work, not how these methods perform on a real model"
     if real_depth.empty:
-        lines.insert(
-            0,
-            "Every checkpoint measured here holds random weights: the lines below show that engines, "
-            "counters and harness work, not how these methods perform on a real model.",
+        lines.append(
+            f"Every checkpoint measured here holds random weights: the lines below show that {what}."
         )
-    return lines
+    else:
+        lines += verdict_lines(real_depth, real_natural, grid.study)
+        lines.append(f"{and_list(random)} serve random weights: the mechanism checks below show that {what}.")
+    mechanism = verdict_lines(random_depth, random_natural, grid.study)
+    return lines + [f"Mechanism check: {line}" for line in mechanism]
 
 
 def verdict(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
