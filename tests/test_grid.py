@@ -67,7 +67,7 @@ def test_unknown_filter_value_names_the_allowed_ones():
 
 
 def test_a_config_of_the_prefix_cache_pass_gets_an_engine_that_caches():
-    grid = load_grid(load_yaml(REPO / "config/demo.yaml"), "demo.yaml")
+    grid = load_grid(load_yaml(REPO / "config/mechanism.yaml"), "mechanism.yaml")
     assert grid.prefix_cache_pass == ("D_q8_0_n0",)
     cold = grid.configs["D_q8_0_n0"]
     cached = cold.with_prefix_cache()
@@ -86,11 +86,11 @@ def test_fingerprint_changes_with_what_starts_the_engine_only():
 
 
 def test_checkpoint_weights_default_to_its_name_and_leave_the_fingerprint_alone():
-    plain = load_grid(load_yaml(REPO / "config/demo.yaml"), "demo.yaml")
-    config = load_yaml(REPO / "config/demo.yaml")
+    plain = load_grid(load_yaml(REPO / "config/mechanism.yaml"), "mechanism.yaml")
+    config = load_yaml(REPO / "config/mechanism.yaml")
     for checkpoint in config["checkpoints"].values():
         checkpoint["weights"] = "demo"
-    shared = load_grid(config, "demo.yaml")
+    shared = load_grid(config, "mechanism.yaml")
     assert plain.configs["D_q8_0_n0"].checkpoint.weights == "q8_0"
     assert {c.checkpoint.weights for c in shared.configs.values()} == {"demo"}
     assert ConfigIdentity.from_config(shared.configs["D_q8_0_n0"]).weights == "demo"
@@ -100,7 +100,7 @@ def test_checkpoint_weights_default_to_its_name_and_leave_the_fingerprint_alone(
 def test_fingerprints_are_those_of_the_engines_already_measured():
     """A fingerprint names a running engine and a measured one in provenance records: a
     change in how a config is serialized must not change it (values from before the codec)."""
-    grid = load_grid_files([REPO / "config/demo.yaml"])
+    grid = load_grid_files([REPO / "config/mechanism.yaml"])
     assert {name: cfg.fingerprint() for name, cfg in grid.configs.items()} == {
         "D_f16_n0": "4224d74f6958f0a0",
         "D_f16_draft4": "d4a0d9f4fb7b6a80",

@@ -17,16 +17,16 @@ from gridbench.loading import load_grid, schema
 
 
 def bad(mutate) -> str:
-    config = copy.deepcopy(load_yaml(REPO / "config/demo.yaml"))
+    config = copy.deepcopy(load_yaml(REPO / "config/mechanism.yaml"))
     mutate(config)
     with pytest.raises(ConfigError) as info:
-        load_grid(config, "demo.yaml")
+        load_grid(config, "mechanism.yaml")
     return str(info.value)
 
 
 def test_typo_is_an_error_naming_the_file_key_and_allowed_keys():
     message = bad(lambda c: c["benchy"].update(rnus=3))
-    assert message.startswith("demo.yaml: key benchy:")
+    assert message.startswith("mechanism.yaml: key benchy:")
     assert "'rnus' was unexpected" in message and "allowed keys:" in message and "runs" in message
 
 
@@ -65,8 +65,8 @@ def test_speculation_method_must_suit_the_engine_kind():
 
 
 def test_defaults_are_filled_from_the_schema():
-    config = load_yaml(REPO / "config/demo.yaml")
-    document = load_grid(config, "demo.yaml").document
+    config = load_yaml(REPO / "config/mechanism.yaml")
+    document = load_grid(config, "mechanism.yaml").document
     assert document["engines"]["llamacpp"]["health_path"] == "/health"
     assert document["benchy"]["corpus"] == "resources/corpus/book.txt"
     assert document["serving"]["prefix_caching"] is False
@@ -100,7 +100,7 @@ def test_every_schema_key_has_a_description():
 
 def test_a_typo_beside_weights_is_still_an_error():
     message = bad(lambda c: c["checkpoints"]["f16"].update(weights="demo", wieghts="demo"))
-    assert message.startswith("demo.yaml: key checkpoints.f16:")
+    assert message.startswith("mechanism.yaml: key checkpoints.f16:")
     assert "'wieghts' was unexpected" in message and "weights" in message.split("allowed keys:")[1]
 
 
@@ -162,4 +162,4 @@ def test_a_value_the_schema_lets_through_and_no_record_holds_is_an_error_naming_
     lax["properties"]["engines"]["additionalProperties"]["properties"]["port"]["type"] = ["integer", "string"]
     monkeypatch.setattr(loading, "schema", lambda: lax)
     message = bad(lambda c: c["engines"]["llamacpp"].update(port="eighty"))
-    assert message.startswith("demo.yaml: ") and "engines['llamacpp'].port" in message
+    assert message.startswith("mechanism.yaml: ") and "engines['llamacpp'].port" in message

@@ -33,10 +33,10 @@ def workdir(workdir):
 
 
 def demo_grid(natural_section: dict, **engine_changes) -> Grid:
-    config = load_yaml(REPO / "config/demo.yaml")
+    config = load_yaml(REPO / "config/mechanism.yaml")
     config["engines"]["llamacpp"].update({"port": free_port(), **engine_changes})
     config["natural"] = natural_section
-    return load_grid(config, "demo.yaml")
+    return load_grid(config, "mechanism.yaml")
 
 
 def run_natural_cell(grid: Grid, config: str, prompt_class: str, concurrency: int) -> tuple[int, Path]:

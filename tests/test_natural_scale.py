@@ -140,9 +140,9 @@ def test_slots_split_the_concurrency_evenly():
 def test_the_default_processes_leave_a_cells_context_as_it_was(processes, in_context, tmp_path, monkeypatch):
     """A cell's context names its params: the default must not rerun the cells of studies
     measured before natural.processes existed; a value asked for travels to the cell."""
-    config = load_yaml(REPO / "config/demo.yaml")
+    config = load_yaml(REPO / "config/mechanism.yaml")
     config["natural"] = {"concurrency": [128], "processes": processes}
-    grid = load_grid(config, "demo.yaml")
+    grid = load_grid(config, "mechanism.yaml")
     monkeypatch.chdir(tmp_path)
     context = json.loads(write_context(grid, next(iter(grid.configs)), ["cpu"], "natural").read_text())
     assert ("processes" in context["natural"]) is in_context

@@ -102,12 +102,12 @@ def test_seed_000_study_is_the_seed_setup():
 
 
 def test_a_study_without_depths_or_natural_measures_nothing():
-    config = copy.deepcopy(load_yaml(REPO / "config/demo.yaml"))
+    config = copy.deepcopy(load_yaml(REPO / "config/mechanism.yaml"))
     del config["depths"], config["natural"]
     with pytest.raises(ConfigError, match="measures nothing"):
-        load_grid(config, "demo.yaml")
+        load_grid(config, "mechanism.yaml")
     config["natural"] = {}
-    grid = load_grid(config, "demo.yaml")
+    grid = load_grid(config, "mechanism.yaml")
     plan = depth_plan(grid)
     assert plan.cells == plan.skipped == plan.cached_cells == ()
     assert len(natural_plan(grid).cells) == 4 * 4 * 4  # the defaults

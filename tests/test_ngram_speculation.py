@@ -43,7 +43,7 @@ def counters(base_url: str):
     ],
 )
 def test_ngram_types_draft_with_their_own_length(workdir, method, extra_args, drafts):
-    config = load_yaml(REPO / "config/demo.yaml")
+    config = load_yaml(REPO / "config/mechanism.yaml")
     config["engines"]["llamacpp"]["port"] = free_port()
     config["speculations"]["ngram"] = {
         "method": method,
@@ -52,7 +52,7 @@ def test_ngram_types_draft_with_their_own_length(workdir, method, extra_args, dr
     }
     config["configs"]["D_f16_ngram"] = {"engine": "llamacpp", "checkpoint": "f16", "speculation": "ngram"}
     manager = SlotManager(["cpu"])
-    with manager.lease(load_grid(config, "demo.yaml").configs["D_f16_ngram"]) as engine:
+    with manager.lease(load_grid(config, "mechanism.yaml").configs["D_f16_ngram"]) as engine:
         assert probe.http_get(engine.base_url + "/health")[0] == 200
         before = counters(engine.base_url)
         complete(engine.base_url, "demo-f16")

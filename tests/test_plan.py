@@ -44,14 +44,14 @@ def test_cells_longer_than_max_model_len_are_skipped_with_the_reason():
 
 
 def test_the_prefix_cache_pass_has_a_cell_per_depth_with_context():
-    grid = load_grid(load_yaml(REPO / "config/demo.yaml"), "demo.yaml")
+    grid = load_grid(load_yaml(REPO / "config/mechanism.yaml"), "mechanism.yaml")
     cached = depth_plan(grid).cached_cells
     assert [c.key for c in cached] == [("D_q8_0_n0", d) for d in (256, 512, 1024)]
     assert all(c.files == depth_cell_files(c.config, c.depth, prefix_cache=True) for c in cached)
 
 
 def test_natural_cells_run_by_config_then_prompt_class_then_concurrency():
-    grid = load_grid(load_yaml(REPO / "config/demo.yaml"), "demo.yaml")
+    grid = load_grid(load_yaml(REPO / "config/mechanism.yaml"), "mechanism.yaml")
     assert grid.natural is not None
     assert [c.key for c in natural_plan(grid).cells] == [
         (config, prompt_class, concurrency)

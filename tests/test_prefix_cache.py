@@ -26,8 +26,8 @@ COLD_TTFT_MS = {0: 40.0, 256: 80.0, 512: 120.0, 1024: 200.0}
 
 @pytest.fixture
 def grid() -> Grid:
-    """config/demo.yaml: its D_q8_0_n0 has the pass, its other three configs do not."""
-    return load_grid(load_yaml(REPO / "config/demo.yaml"), "demo.yaml")
+    """config/mechanism.yaml: its D_q8_0_n0 has the pass, its other three configs do not."""
+    return load_grid(load_yaml(REPO / "config/mechanism.yaml"), "mechanism.yaml")
 
 
 def cold_results(plan) -> dict:

@@ -53,7 +53,7 @@ def test_a_gpu_engine_is_not_held_to_the_cores(demo_config, two_cores):
 
 
 def test_the_demo_leaves_its_client_a_core_on_two(two_cores):
-    check_engine(load_grid_files([REPO / "config/demo.yaml"]), "llamacpp")
+    check_engine(load_grid_files([REPO / "config/mechanism.yaml"]), "llamacpp")
 
 
 @pytest.mark.parametrize(

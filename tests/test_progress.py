@@ -39,13 +39,13 @@ SWEEP_START = NOW - timedelta(hours=1)
 
 def demo_config() -> dict:
     """One config of the demo: 4 llama-benchy depths and 4 natural cells."""
-    config = load_yaml(REPO / "config/demo.yaml")
+    config = load_yaml(REPO / "config/mechanism.yaml")
     config["config"] = "D_f16_n0"
-    return load_grid(config, "demo.yaml").document
+    return load_grid(config, "mechanism.yaml").document
 
 
 def demo_grid() -> Grid:
-    return load_grid(demo_config(), "demo.yaml")
+    return load_grid(demo_config(), "mechanism.yaml")
 
 
 def iso(moment: datetime) -> str:
@@ -130,7 +130,7 @@ def test_the_plan_names_every_cell_with_its_files_and_expected_requests():
 def test_the_prefix_cache_pass_adds_a_cell_per_depth_with_context_that_counts_its_context_loads():
     config = demo_config()
     config["benchy"]["prefix_cache_pass"] = ["D_f16_n0"]
-    cells = by_label(planned_cells(load_grid(config, "demo.yaml")))
+    cells = by_label(planned_cells(load_grid(config, "mechanism.yaml")))
     cached = [cell for label, cell in cells.items() if label.endswith("cached")]
     assert [c.label for c in cached] == [f"D_f16_n0 depth {d} cached" for d in (256, 512, 1024)]
     assert [c.expected_requests for c in cached] == [4, 4, 4]  # a context load before each request
@@ -381,12 +381,14 @@ def test_a_follower_that_cannot_read_says_so_and_goes_on(tmp_path, monkeypatch):
 def test_the_config_switches_it_off_and_sets_the_interval():
     config = demo_config()
     assert (config["progress"], config["progress_interval_s"]) == (True, 30)
-    follower = progress.sweep_follower(load_grid({**config, "progress_interval_s": 5}, "demo.yaml"), print)
+    follower = progress.sweep_follower(
+        load_grid({**config, "progress_interval_s": 5}, "mechanism.yaml"), print
+    )
     assert follower.interval_s == 5
-    assert progress.sweep_follower(load_grid({**config, "progress": False}, "demo.yaml"), print) is None
+    assert progress.sweep_follower(load_grid({**config, "progress": False}, "mechanism.yaml"), print) is None
     config["progress"] = "false"  # what snakemake --config progress=false gives
     with pytest.raises(ConfigError, match=r"key progress: .*reads only True and False"):
-        load_grid(config, "demo.yaml")
+        load_grid(config, "mechanism.yaml")
 
 
 def progress_command(root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -401,7 +403,7 @@ def progress_command(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_command_prints_where_the_sweep_stands_and_follows_it_until_every_cell_ended(tmp_path):
-    write_config(tmp_path / "grid.yaml", load_yaml(REPO / "config/demo.yaml"))
+    write_config(tmp_path / "grid.yaml", load_yaml(REPO / "config/mechanism.yaml"))
     cells = planned_cells(demo_grid())
     finish(tmp_path, cells[0], 10)
     once = progress_command(tmp_path, "--config", "config=D_f16_n0")

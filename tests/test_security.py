@@ -67,10 +67,10 @@ def test_the_engine_really_requires_the_key(workdir, demo_config, monkeypatch):
 
 
 def test_a_secret_written_into_a_config_is_refused():
-    config = load_yaml(REPO / "config/demo.yaml")
+    config = load_yaml(REPO / "config/mechanism.yaml")
     config["engines"]["llamacpp"]["env"] = {"HF_TOKEN": "hf_literal"}
     with pytest.raises(ConfigError, match=r"engines\.llamacpp\.env\.HF_TOKEN: a secret may not be written"):
-        load_grid(config, "demo.yaml")
+        load_grid(config, "mechanism.yaml")
 
 
 @pytest.mark.parametrize("runtime", ["process", pytest.param("docker", marks=pytest.mark.docker)])
@@ -142,20 +142,20 @@ def test_config_values_reach_the_engine_as_literal_arguments(workdir, demo_confi
 def test_a_credential_in_arguments_or_paths_is_refused_without_echoing_it(place, plant):
     """Arguments and paths end up in `gridbench engine command`, every provenance file and
     the dataset: a credential there is refused, and the message never repeats it."""
-    config = load_yaml(REPO / "config/demo.yaml")
+    config = load_yaml(REPO / "config/mechanism.yaml")
     plant(config)
     with pytest.raises(ConfigError, match="would put a secret on the engine's command line") as refused:
-        load_grid(config, "demo.yaml")
+        load_grid(config, "mechanism.yaml")
     assert API_KEY not in str(refused.value) and HUB_TOKEN not in str(refused.value), place
     assert "api_key_env" in str(refused.value)
 
 
 def test_flags_that_merely_look_alike_are_allowed():
-    config = load_yaml(REPO / "config/demo.yaml")
+    config = load_yaml(REPO / "config/mechanism.yaml")
     config["engines"]["llamacpp"]["extra_args"] += [
         "--api-key-file",
         "/run/keys/engine",
         "--tokenizer",
         "t.json",
     ]
-    load_grid(config, "demo.yaml")
+    load_grid(config, "mechanism.yaml")

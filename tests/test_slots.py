@@ -20,10 +20,10 @@ pytestmark = pytest.mark.integration
 
 
 def demo_grid(*, gpus: bool = False, tensor_parallel: int = 1) -> Grid:
-    config = load_yaml(REPO / "config/demo.yaml")
+    config = load_yaml(REPO / "config/mechanism.yaml")
     config["engines"]["llamacpp"].update(port=free_port(), gpus=gpus, extra_args=["--threads", "1"])
     config["configs"]["D_f16_n0"]["serving"] = {"tensor_parallel_size": tensor_parallel}
-    return load_grid(config, "demo.yaml")
+    return load_grid(config, "mechanism.yaml")
 
 
 def engine_environ(engine) -> dict[str, str]:

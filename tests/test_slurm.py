@@ -109,7 +109,7 @@ def sweep(tmp_path_factory, demo_assets) -> Sweep:
             pytest.fail(message)
         pytest.skip(message)
     root = tmp_path_factory.mktemp("slurm")
-    config = load_yaml(REPO / "config/demo.yaml")  # the demo grid: every config and depth
+    config = load_yaml(REPO / "config/mechanism.yaml")  # the demo grid: every config and depth
     config["benchy"].pop("prefix_cache_pass")  # one engine per config job (the pass adds a second)
     # two jobs share this machine's two cores: one thread per engine, and no latency
     # subtraction, so load cannot fail a measurement

@@ -180,7 +180,7 @@ RUNTIMES = ["process", pytest.param("docker", marks=pytest.mark.docker)]
 def in_runtime(config: dict, runtime: str) -> dict:
     """The demo config, its engine moved into the CPU container when asked."""
     if runtime == "docker":
-        overlay = yaml.safe_load((REPO / "config/demo-docker.yaml").read_text())
+        overlay = yaml.safe_load((REPO / "config/mechanism-docker.yaml").read_text())
         config["engines"]["llamacpp"].update(overlay["engines"]["llamacpp"])
         for name, change in overlay["checkpoints"].items():
             config["checkpoints"][name].update(change)

@@ -38,3 +38,40 @@ rule make_vllm_models:
         "logs/assets/vllm_models.log",
     shell:
         "gridbench assets vllm-models --outdir resources/models/vllm > {log:q} 2>&1"
+
+
+rule make_smollm2:
+    output:
+        expand(
+            "resources/models/smollm2-135m-instruct/smollm2-135m-instruct.{file_type}.gguf",
+            file_type=["q4_1", "q8_0", "f16", "q4_0"],
+        ),
+        "resources/models/smollm2-135m-instruct/MANIFEST.json",
+        "resources/models/smollm2-135m-instruct/tokenizer/tokenizer.json",
+    log:
+        "logs/assets/smollm2.log",
+    shell:
+        "gridbench assets real-model smollm2-135m-instruct"
+        " --outdir resources/models/smollm2-135m-instruct > {log:q} 2>&1"
+
+
+rule make_smollm2_hf:
+    input:
+        "resources/models/smollm2-135m-instruct/smollm2-135m-instruct.{file_type}.gguf",
+    output:
+        expand(
+            "resources/models/smollm2-135m-instruct/hf-{{file_type}}/{file}",
+            file=[
+                "MANIFEST.json",
+                "config.json",
+                "generation_config.json",
+                "model.safetensors",
+                "tokenizer.json",
+                "tokenizer_config.json",
+            ],
+        ),
+    log:
+        "logs/assets/smollm2-hf-{file_type}.log",
+    shell:
+        "gridbench assets real-hf smollm2-135m-instruct {wildcards.file_type}"
+        " --model-dir resources/models/smollm2-135m-instruct > {log:q} 2>&1"
