@@ -92,7 +92,7 @@ def test_aggregation_rules_and_snakemake_report_on_written_cells(workdir, demo_c
     natural = pd.read_parquet(workdir / "dataset/natural.parquet")
     assert len(natural) == 4 * 2 * 2 and (natural["status"] == "ok").all()
     report = (workdir / "dataset/comparison.md").read_text()
-    assert report.startswith("# gridbench demo: llama.cpp on the CPU")
+    assert report.startswith("# gridbench mechanism check: llama.cpp on the CPU")
     assert "![natural_tpot_vs_concurrency](../graphs/natural_tpot_vs_concurrency.png)" in report
     assert "| `D_f16_n0` | code | 1 | 30.0 | 300 | 20.0 | c=4: TTFT p50 1200 ms, TPOT p50 20.0 ms |" in report
 
@@ -129,7 +129,10 @@ def test_a_real_cell_gives_graphs_report_and_the_shapes_the_fixtures_assume(work
     for rule in AGGREGATION_RULES:
         assert ran(workdir, rule), rule
     report = (workdir / "dataset/comparison.md").read_text()
-    assert "| `D_f16_draft4` | llama.cpp (xllamacpp, CPU) | F16 | draft model n=4 |" in report
+    assert (
+        "| `D_f16_draft4` | llama.cpp (xllamacpp, CPU) | F16 | random: gridbench assets demo-models "
+        "(generated offline) | draft model n=4 |" in report
+    )
     assert "Partial results" not in report
     assert "decode_vs_context.png" in build_report(workdir, "grid.yaml")
 

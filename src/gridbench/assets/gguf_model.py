@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -304,7 +305,7 @@ def write_llama_gguf(
 
     for tensor in tensors:
         _add_tensor_info(writer, tensor, tensor_type)
-    try:
+    with whole_or_removed(writer, partial, path):
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
@@ -316,13 +317,21 @@ def write_llama_gguf(
                     writer.write_tensor_data(pending.popleft().result())
             while pending:
                 writer.write_tensor_data(pending.popleft().result())
+    return path
+
+
+@contextmanager
+def whole_or_removed(writer: gguf.GGUFWriter, partial: Path, path: Path) -> Iterator[None]:
+    """The file the block writes through ``writer`` into ``partial`` becomes ``path`` once it
+    is whole; a block that fails leaves neither."""
+    try:
+        yield
         writer.close()
         partial.replace(path)
     except BaseException:
         writer.close()
         partial.unlink(missing_ok=True)
         raise
-    return path
 
 
 def active_weight_bytes(path: Path) -> int:

@@ -30,6 +30,7 @@ import gguf
 import numpy as np
 
 from gridbench import codec
+from gridbench.assets.gguf_model import whole_or_removed
 from gridbench.assets.gguf_to_hf import write_hf_checkpoint, write_hf_tokenizer
 from gridbench.assets.llama_formats import CHECKPOINT_FILE
 from gridbench.assets.manifest import MANIFEST, Manifest, ModelFile, sha256_of
@@ -147,16 +148,10 @@ def requantize(source: Path, out: Path, file_type: str) -> Path:
         values = gguf.quants.dequantize(tensor.data, shipped)
         data = values.astype(np.float16) if target == _Q.F16 else gguf.quants.quantize(values, target)
         writer.add_tensor(tensor.name, data, raw_dtype=None if target == _Q.F16 else target)
-    try:
+    with whole_or_removed(writer, partial, out):
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
-        writer.close()
-        partial.replace(out)
-    except BaseException:
-        writer.close()
-        partial.unlink(missing_ok=True)
-        raise
     return out
 
 
