@@ -497,11 +497,16 @@ def test_answers_that_end_on_eos_are_counted_and_named_in_the_verdict(seed000):
     ok = int(natural.loc[dialogue & (natural["status"] == "ok"), "ok"].sum())
     assert f"dialogue (median 14 of 512 tokens, {ok} of {ok} ended on EOS)" in section(report, "Verdict")
     assert "| dialogue | 1 | 12.0 |" in section(report, "Natural prompts")
-    # most answers ending on EOS is the finding even where the median output is not that short
+    # answers ending on EOS are the finding even where the median output is not that short
     longer = natural.assign(output_tokens_p50=natural["output_tokens_p50"].where(~dialogue, 400))
     assert "dialogue (median 400 of 512 tokens" in section(render_report(grid, frame, longer), "Verdict")
     ended_on_length = natural.assign(
         ended_on_eos=0, output_tokens_p50=natural["output_tokens_p50"].where(~dialogue, 400)
     )
     assert "Answers stop short" not in section(render_report(grid, frame, ended_on_length), "Verdict")
+    # one answer in sixteen ending early is no finding; a quarter is
+    rare = ended_on_length.assign(ended_on_eos=natural["ended_on_eos"].where(~dialogue, 1))
+    assert "Answers stop short" not in section(render_report(grid, frame, rare), "Verdict")
+    quarter = ended_on_length.assign(ended_on_eos=natural["ended_on_eos"].where(~dialogue, 4))
+    assert "Answers stop short" in section(render_report(grid, frame, quarter), "Verdict")
     assert "| 16 of 16 |" in section(report, "Natural prompts")

@@ -471,9 +471,9 @@ def capacity_line(natural: pd.DataFrame, targets: Mapping[str, float]) -> str:
 
 
 def _short_outputs(ok: pd.DataFrame) -> list[tuple[str, int, int, str]]:
-    """Classes whose answers stop short: a median output under half of max_tokens, or most
-    requests ended on the model's own EOS; with how many did, where the rows say (", 8 of 8
-    ended on EOS")."""
+    """Classes whose answers stop short: a median output under half of max_tokens, or a
+    quarter of the requests or more ended on the model's own EOS; with how many did, where
+    the rows say (", 8 of 8 ended on EOS")."""
     result = []
     for prompt_class, group in ok.groupby("prompt_class", sort=False):
         limit = group["max_tokens"].dropna()
@@ -483,8 +483,9 @@ def _short_outputs(ok: pd.DataFrame) -> list[tuple[str, int, int, str]]:
         median = int(tokens.median())
         eos = group["ended_on_eos"].dropna() if "ended_on_eos" in group else pd.Series()
         counted = int(group.loc[eos.index, "ok"].sum())
-        mostly_eos = counted > 0 and int(eos.sum()) > counted / 2
-        if median < 0.5 * int(limit.max()) or mostly_eos:
+        # a quarter of answers ending early already pulls the class's tok/s toward prompt processing
+        often_eos = counted > 0 and int(eos.sum()) >= counted / 4
+        if median < 0.5 * int(limit.max()) or often_eos:
             ended = f", {int(eos.sum())} of {counted} ended on EOS" if not eos.empty else ""
             result.append((str(prompt_class), median, int(limit.max()), ended))
     return result
