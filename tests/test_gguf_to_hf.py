@@ -19,9 +19,10 @@ import pytest
 from tokenizers import Tokenizer
 
 from conftest import free_port
+from gridbench.assets.gguf_model import active_weight_bytes
 from gridbench.assets.gguf_to_hf import write_hf_checkpoint, write_hf_tokenizer
-from gridbench.assets.llama_formats import hf_name, to_gguf_rotary
-from gridbench.assets.real_models import REAL_MODELS, shipped_file
+from gridbench.assets.llama_formats import hf_active_weight_bytes, hf_name, to_gguf_rotary
+from gridbench.assets.real_models import REAL_MODELS, requantize, shipped_file
 from gridbench.assets.safetensors_stream import read_safetensors, to_bfloat16
 
 # varied enough to catch a wrong pre-tokenizer, a missing special token or byte mapping
@@ -184,3 +185,13 @@ def test_tokenizer_splits_text_as_llama_cpp_does(checkpoint, llama_server):
         llama_ids = post(llama_server + "/tokenize", {"content": text, "add_special": False})["tokens"]
         assert tokenizer.encode(text, add_special_tokens=False).ids == llama_ids, repr(text)
         assert tokenizer.decode(llama_ids, skip_special_tokens=False) == text
+
+
+def test_both_formats_count_the_tied_output_layer_a_token_reads(checkpoint, smollm2, tmp_path):
+    """SmolLM2 ties its output layer to the embedding: each decoded token reads the whole
+    matrix, so the roofline's bytes per token count it in the checkpoint as in the GGUF
+    (here the GGUF's values stored as F16, two bytes a weight like BF16; its norms are F32)."""
+    f16 = requantize(smollm2, tmp_path / "smollm2.f16.gguf", "f16")
+    tensors = read_safetensors(checkpoint / "model.safetensors")
+    norms = sum(int(np.prod(t.shape)) for t in tensors if "norm" in t.name)
+    assert hf_active_weight_bytes(checkpoint / "model.safetensors") == active_weight_bytes(f16) - 2 * norms

@@ -157,12 +157,16 @@ def gguf_from_hf(model_dir: Path, out: Path, file_type: str = "f16", threads: in
 
 
 def hf_active_weight_bytes(checkpoint: Path, linear_bytes_per_weight: float | None = None) -> int:
-    """Bytes of weights one decoded token reads: every tensor but the token embedding. With
-    ``linear_bytes_per_weight`` (1 for vLLM's online FP8) the layers' projections count at
-    that size, as an engine quantizing them on load stores them."""
+    """Bytes of weights one decoded token reads: every tensor but the token embedding, which
+    a checkpoint without ``lm_head.weight`` (tied embeddings) reads whole as its output layer,
+    as gguf_model.active_weight_bytes counts it. With ``linear_bytes_per_weight`` (1 for
+    vLLM's online FP8) the layers' projections count at that size, as an engine quantizing
+    them on load stores them."""
+    tensors = list(read_safetensors(checkpoint))
+    tied = all(t.name != "lm_head.weight" for t in tensors)
     total = 0
-    for tensor in read_safetensors(checkpoint):
-        if tensor.name == "model.embed_tokens.weight":
+    for tensor in tensors:
+        if tensor.name == "model.embed_tokens.weight" and not tied:
             continue
         count = int(np.prod(tensor.shape))
         projection = tensor.name.startswith("model.layers.") and tensor.name.endswith("_proj.weight")
