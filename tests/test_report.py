@@ -510,3 +510,53 @@ def test_answers_that_end_on_eos_are_counted_and_named_in_the_verdict(seed000):
     quarter = ended_on_length.assign(ended_on_eos=natural["ended_on_eos"].where(~dialogue, 4))
     assert "Answers stop short" in section(render_report(grid, frame, quarter), "Verdict")
     assert "| 16 of 16 |" in section(report, "Natural prompts")
+
+
+def test_the_seeds_phenomena_are_judged_each_shown_or_not_with_its_numbers(seed002, seed000):
+    grid, frame = seed002
+    report = render_report(grid, frame)
+    table = section(report, "The seeds' speculation phenomena")
+    # seed 002's DFlash: the speed-up collapses with depth, acceptance decays by position
+    assert (
+        "| `Q_bf16_dfl8` | — (not measured on two prompt classes) | shown: 43 % at position 1, 5 % at 8 "
+        "| shown: 2.90 ± 0.09× at 0 → 0.73 ± 0.02× at 64k (lowest 0.73 ± 0.02× at 64k, highest "
+        "2.90 ± 0.09× at 0) |" in table
+    )
+    assert "| `Q_bf16_dfl1` | — (not measured on two prompt classes) | — (one position drafted) |" in table
+    assert section(report, "Verdict").startswith(
+        "- The seeds' speculation findings, on these weights: acceptance decays by draft position for "
+        "2 of 2 (Q_bf16_dfl8 and Q_nvfp4_dfl8); speed-up changes with context depth for 3 of 3"
+    )
+    # a speed-up that stays within its spread across depths does not change
+    flat = frame.copy()
+    dfl8 = flat["config"] == "Q_bf16_dfl8"
+    base = flat[flat["config"] == "Q_bf16_aeon_n0"].set_index("context_tokens")["decode_tps"]
+    flat.loc[dfl8, "decode_tps"] = flat.loc[dfl8, "context_tokens"].map(base * 1.5)
+    assert "| not shown: 1.50 ± " in section(render_report(grid, flat), "The seeds' speculation phenomena")
+
+    # seed 000: one acceptance on every class is "not shown"; a spread is "shown"
+    grid, frame, natural = seed000
+    table = section(render_report(grid, frame, natural), "The seeds' speculation phenomena")
+    assert (
+        "| `Q_nvfp4_dflash_k5` | not shown: code 31 % · reasoning 31 % · dialogue 31 % · prose 31 % "
+        "at c=1 (0 pp)" in table
+    )
+    k5 = natural["config"] == "Q_nvfp4_dflash_k5"
+    spread = natural.assign(
+        acceptance_rate=natural["acceptance_rate"].where(~k5 | (natural["prompt_class"] != "prose"), 0.1)
+    )
+    table = section(render_report(grid, frame, spread), "The seeds' speculation phenomena")
+    assert (
+        "| `Q_nvfp4_dflash_k5` | shown: code 31 % · reasoning 31 % · dialogue 31 % · prose 10 % "
+        "at c=1 (21 pp)" in table
+    )
+
+    # configs on random weights are not judged, and the verdict claims nothing for them
+    grid, frame = seed002
+    checkpoints = {cfg.checkpoint.name for cfg in grid.configs.values()}
+    report = render_report(_with_origin(grid, dict.fromkeys(checkpoints, "random")), frame)
+    assert section(report, "The seeds' speculation phenomena").endswith(
+        "Not judged: `Q_bf16_dfl1`, `Q_bf16_dfl8` and `Q_nvfp4_dfl8` serve random weights, whose "
+        "acceptance shows only that the counters work.\n"
+    )
+    assert "seeds' speculation findings" not in section(report, "Verdict")

@@ -16,6 +16,7 @@ import pandas as pd
 
 from gridbench.aggregate import analysis
 from gridbench.aggregate.analysis import LOSS, TIE, WIN, Pattern, Speedup
+from gridbench.aggregate.phenomena import CLASS_SPREAD
 from gridbench.aggregate.records import ConfigIdentity, missing
 from gridbench.aggregate.text import and_list, num, pct, pm, ratio_text, span
 from gridbench.grid import StudyInfo
@@ -489,10 +490,6 @@ def _short_outputs(ok: pd.DataFrame) -> list[tuple[str, int, int, str]]:
             ended = f", {int(eos.sum())} of {counted} ended on EOS" if not eos.empty else ""
             result.append((str(prompt_class), median, int(limit.max()), ended))
     return result
-
-
-# acceptance that differs by less between prompt classes is not called a dependence
-CLASS_SPREAD = 0.10
 
 
 def class_acceptance_lines(natural: pd.DataFrame) -> list[str]:

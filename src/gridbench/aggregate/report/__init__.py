@@ -27,6 +27,7 @@ from gridbench.aggregate.report.natural import (
     pareto_section,
     workload_class_section,
 )
+from gridbench.aggregate.report.phenomena import phenomena_section
 from gridbench.aggregate.report.study import configs_table, environment, method
 from gridbench.aggregate.report.summary import checks_section, verdict
 from gridbench.grid import Grid
@@ -49,6 +50,7 @@ def render_report(
         partial_banner(dataset, natural),
         "## Verdict\n\n" + verdict(grid, dataset, natural),
         "## Checks\n\n" + checks_section(grid, dataset, natural),
+        phenomena_section(grid, dataset, natural),
         "## Method\n\n" + method(grid, dataset, natural),
         "## Environment and provenance\n\n" + environment(grid, dataset, natural),
         "## Configs\n\n" + configs_table(grid, dataset),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from gridbench.aggregate.checks import run_checks
+from gridbench.aggregate.report.phenomena import judged, tally_line
 from gridbench.aggregate.text import and_list
 from gridbench.aggregate.verdict import verdict_lines
 from gridbench.grid import Grid
@@ -48,6 +49,9 @@ def weighed_verdict_lines(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFra
 
 def verdict(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
     lines = weighed_verdict_lines(grid, dataset, natural)
+    tally = tally_line(judged(grid, dataset, natural))
+    if tally:
+        lines.insert(0, tally)
     # a caveat belongs next to the conclusions it qualifies, not only further down
     checks = run_checks(dataset, natural, grid.study)
     warned = [check.title for check in checks if check.triggered]
