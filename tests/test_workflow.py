@@ -334,44 +334,44 @@ def test_a_grid_edited_elsewhere_keeps_a_measured_cell(tmp_path, demo_config, mo
         assert "rule bench_cell:" not in plan.stdout, (grid, plan.stdout)
 
 
+def dry_run_on_placeholders(workdir: Path, *configfiles: str, args: tuple[str, ...] = ()):
+    """``snakemake -n`` of GPU study configs in ``workdir``, every file their engines,
+    checkpoints and speculations list stood in for by an empty one (no GPU machine in CI)."""
+    for configfile in configfiles:
+        study = yaml.safe_load((REPO / configfile).read_text())
+        for section in ("engines", "checkpoints", "speculations"):
+            for entry in study.get(section, {}).values():
+                for path in entry.get("files", []):
+                    (workdir / path).parent.mkdir(parents=True, exist_ok=True)
+                    (workdir / path).touch(mode=0o755)
+    bin_dir = workdir / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "vllm").touch(mode=0o755)  # the process engine's check looks it up on PATH
+    env = {**os.environ, "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    command = [
+        Path(sys.executable).parent / "snakemake",
+        "-s",
+        REPO / "Snakefile",
+        "-d",
+        workdir,
+        "-n",
+        *args,
+    ]
+    configs = [REPO / configfile for configfile in configfiles]
+    return subprocess.run(
+        [*command, "--configfile", *configs], cwd=workdir, env=env, capture_output=True, text=True
+    )
+
+
 def test_the_two_gpu_h200_study_schedules_one_engine_per_gpu(tmp_path):
     """config/studies/h200x2.yaml, dry-run on placeholder files (the two-GPU machine is not
     lent to CI): every config of the vLLM study on one slot each, the tensor-parallel config
     on both, and one config at a time per engine resource."""
-    study = yaml.safe_load((REPO / "config/studies/h200-vllm.yaml").read_text())
-    files = {
-        path
-        for section in ("engines", "checkpoints", "speculations")
-        for entry in study[section].values()
-        for path in entry.get("files", [])
-    }
-    for path in files:
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).touch(mode=0o755)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "vllm").touch(mode=0o755)  # the process engine's check looks it up on PATH
-    env = {**os.environ, "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    plan = subprocess.run(
-        [
-            Path(sys.executable).parent / "snakemake",
-            "-s",
-            REPO / "Snakefile",
-            "-d",
-            tmp_path,
-            "-n",
-            "-j",
-            "2",
-            "--resources",
-            "gpu=2",
-            "--configfile",
-            REPO / "config/studies/h200-vllm.yaml",
-            REPO / "config/studies/h200x2.yaml",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
+    plan = dry_run_on_placeholders(
+        tmp_path,
+        "config/studies/h200-vllm.yaml",
+        "config/studies/h200x2.yaml",
+        args=("-j", "2", "--resources", "gpu=2"),
     )
     assert plan.returncode == 0, plan.stdout + plan.stderr
     gpus = {}
@@ -536,3 +536,23 @@ def test_a_second_sweep_in_the_same_directory_is_refused_and_kills_nothing(workd
     # had the refused sweep stopped the first one's engine, a cell would have failed or
     # started it again; the one stop is the first sweep's own, at its end
     assert [e["event"] for e in events(workdir) if e["event"] in ("start", "stop")] == ["start", "stop"]
+
+
+def test_the_real_model_study_sweeps_each_model_to_its_trained_context(tmp_path):
+    """config/studies/h200-real.yaml, dry-run on placeholder files: SmolLM2 (8k context) is
+    swept to 7168 tokens of depth, Gemma 3 (32k) to 31744, and every config meets the four
+    prompt classes at concurrency 1, 4 and 16."""
+    plan = dry_run_on_placeholders(tmp_path, "config/studies/h200-real.yaml")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    depths: dict[str, set[int]] = {}
+    for config, depth in re.findall(r"wildcards: config=(\w+), depth=(\d+)", plan.stdout):
+        depths.setdefault(config, set()).add(int(depth))
+    natural = set(re.findall(r"wildcards: config=(\w+), prompt_class=(\w+), concurrency=(\d+)", plan.stdout))
+    smollm2 = {0, 2048, 4096, 7168}
+    smollm2_configs = "R_bf16_none L_q4_1_none R_bf16_draft4 L_q4_1_draft4 R_bf16_ngram4 L_q4_1_ngram8"
+    expected = dict.fromkeys([*smollm2_configs.split(), "L_q8_0_none", "R_fp8_none"], smollm2)
+    assert {c: d for c, d in depths.items() if not c.startswith("G_")} == expected
+    assert all(d == smollm2 | {16384, 31744} for c, d in depths.items() if c.startswith("G_"))
+    assert {(c, p, int(n)) for c, p, n in natural} == {
+        (c, p, n) for c in depths for p in ("code", "reasoning", "dialogue", "prose") for n in (1, 4, 16)
+    }

