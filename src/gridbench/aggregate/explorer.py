@@ -2,8 +2,10 @@
 
 Decode tok/s and TTFT vs depth, speedup over the baseline vs depth, acceptance per draft
 position and the natural matrix (tok/s, TTFT, TPOT vs concurrency), each point's hover
-showing the cell's measured values and provenance. Checkboxes filter the traces by engine,
-checkpoint and speculation. Plotly's JavaScript is inlined, so the page works offline.
+showing the cell's measured values, provenance and weights origin. Checkboxes filter the traces
+by engine, checkpoint, speculation and weights origin (real, random or undeclared); while a
+config on random weights is shown, a note marks its points a mechanism check, in the report's
+words. Plotly's JavaScript is inlined, so the page works offline.
 
 ``explorer_data`` turns the dataset frames into typed records and ``render_explorer``
 turns those into HTML; both are pure. ``write_explorer`` adds plotly's bundle and writes the file.
@@ -32,8 +34,16 @@ from gridbench.aggregate.records import (
     optional_int,
     optional_str,
 )
+from gridbench.aggregate.text import and_list
+from gridbench.aggregate.weights_origin import (
+    MECHANISM_CHECK,
+    RANDOM_WEIGHTS_SHOW,
+    is_random,
+    origin_kind,
+    origin_text,
+)
 from gridbench.files import atomic_write_text
-from gridbench.grid import StudyInfo
+from gridbench.grid import StudyInfo, WeightsOrigin
 
 # matplotlib's tab10, then tab20b's darker half: the PNG graphs' colours for the first ten
 COLORS = (
@@ -43,16 +53,22 @@ COLORS = (
 )
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "triangle-down", "x", "star", "cross")
 # The facets a reader filters by: (trace meta key, heading)
-FACETS = (("engine", "engine"), ("checkpoint", "checkpoint (quantization)"), ("speculation", "speculation"))
+FACETS = (
+    ("engine", "engine"),
+    ("checkpoint", "checkpoint (quantization)"),
+    ("speculation", "speculation"),
+    ("origin", "weights"),
+)
 
 
-def _choices(config: ConfigIdentity) -> dict[str, tuple[str, str]]:
+def _choices(config: ConfigIdentity, origin: WeightsOrigin | None) -> dict[str, tuple[str, str]]:
     """What the filters match a config's traces on: facet -> (value, its label)"""
     return {
         "engine": (config.engine, config.engine_label),
         "checkpoint": (config.checkpoint, f"{config.checkpoint} ({config.quantization})"),
         # engines name the same method differently, and labels may repeat across them
         "speculation": (config.speculation, f"{config.speculation}: {config.speculation_label}"),
+        "origin": (origin_kind(origin), origin_kind(origin)),
     }
 
 
@@ -118,6 +134,15 @@ class ExplorerData:
     speedups: tuple[Speedup, ...]
     acceptance: tuple[PositionAcceptance, ...]
     natural: tuple[NaturalCell, ...]
+    # each config's declared weights origin, from the grid; a config not in it declares none
+    origins: Mapping[str, WeightsOrigin | None] = field(default_factory=dict)
+
+    def origin(self, config: ConfigIdentity) -> WeightsOrigin | None:
+        return self.origins.get(config.config)
+
+    def random_weight_configs(self) -> list[str]:
+        """The configs on random weights, in config order: what they show is a mechanism check."""
+        return [c.config for c in self.configs if is_random(self.origin(c))]
 
 
 # --- frames to records -------------------------------------------------------------------
@@ -154,9 +179,15 @@ def _depth_cell(row: Row, configs: Mapping[str, ConfigIdentity]) -> DepthCell:
 
 
 def explorer_data(
-    depth: pd.DataFrame, natural: pd.DataFrame | None, study: StudyInfo, title: str
+    depth: pd.DataFrame,
+    natural: pd.DataFrame | None,
+    study: StudyInfo,
+    title: str,
+    origins: Mapping[str, WeightsOrigin | None] | None = None,
 ) -> ExplorerData:
-    """The explorer's records from the dataset frames (``study``: the grid's, for baselines)."""
+    """The explorer's records from the dataset frames (``study``: the grid's, for baselines;
+    ``origins``: each config's declared weights origin, weights_origin.config_origins of the
+    grid; without them every config's origin is undeclared)."""
     configs = {c.config: c for c in map(ConfigIdentity.from_row, [*_rows(depth), *_rows(natural)])}
     depth_cells = tuple(_depth_cell(r, configs) for r in _rows(analysis.measured(depth)))
     measured_cells = analysis.measured(depth)["config"].value_counts()
@@ -181,7 +212,15 @@ def explorer_data(
         for r in _rows(None if natural is None else natural[natural["status"] == "ok"])
     )
     speedups = tuple(s for s in analysis.speedups(depth, study) if s.points)
-    return ExplorerData(title, tuple(configs.values()), depth_cells, speedups, acceptance, natural_cells)
+    return ExplorerData(
+        title,
+        tuple(configs.values()),
+        depth_cells,
+        speedups,
+        acceptance,
+        natural_cells,
+        {name: origin for name, origin in (origins or {}).items() if name in configs},
+    )
 
 
 # --- records to figures ------------------------------------------------------------------
@@ -248,14 +287,20 @@ def _provenance_lines(prov: HoverProvenance) -> list[str]:
     ]
 
 
-def _hover(config: ConfigIdentity, lines: Sequence[str], prov: HoverProvenance | None = None) -> str:
-    text = [f"{config.config}: {config.config_label}", *lines]
+def _hover(
+    config: ConfigIdentity,
+    origin: WeightsOrigin | None,
+    lines: Sequence[str],
+    prov: HoverProvenance | None = None,
+) -> str:
+    # the weights line reads as the report's weights column
+    text = [f"{config.config}: {config.config_label}", f"weights: {origin_text(origin)}", *lines]
     if prov is not None:
         text += _provenance_lines(prov)
     return "<br>".join(html.escape(line, quote=False) for line in text)
 
 
-def _depth_hover(cell: DepthCell) -> str:
+def _depth_hover(cell: DepthCell, origin: WeightsOrigin | None) -> str:
     lines = [
         f"depth: {cell.depth:,} tokens",
         f"decode: {_measure(cell.decode_tps, 'tok/s')}",
@@ -265,10 +310,10 @@ def _depth_hover(cell: DepthCell) -> str:
     ]
     if cell.acceptance_rate is not None:
         lines.append(f"acceptance rate: {cell.acceptance_rate:.3f}")
-    return _hover(cell.config, lines, cell.provenance)
+    return _hover(cell.config, origin, lines, cell.provenance)
 
 
-def _natural_hover(cell: NaturalCell) -> str:
+def _natural_hover(cell: NaturalCell, origin: WeightsOrigin | None) -> str:
     def ms(value: float | None) -> str:
         return "—" if value is None else f"{value:,.1f} ms"
 
@@ -279,14 +324,15 @@ def _natural_hover(cell: NaturalCell) -> str:
         f"TPOT p50 / p95: {ms(cell.tpot_ms_p50)} / {ms(cell.tpot_ms_p95)}",
         f"requests ok: {cell.requests_ok}",
     ]
-    return _hover(cell.config, lines, cell.provenance)
+    return _hover(cell.config, origin, lines, cell.provenance)
 
 
 class Styler:
     """One colour per config, in config order; speculative configs dashed."""
 
-    def __init__(self, configs: Sequence[ConfigIdentity]):
-        self.colors = {c.config: COLORS[i % len(COLORS)] for i, c in enumerate(configs)}
+    def __init__(self, data: ExplorerData):
+        self.colors = {c.config: COLORS[i % len(COLORS)] for i, c in enumerate(data.configs)}
+        self.origins = data.origins
 
     def trace(
         self,
@@ -310,7 +356,9 @@ class Styler:
             marker={"symbol": symbol, "size": 7},
             hovertext=list(hover),
             hovertemplate="%{hovertext}<extra></extra>",
-            meta={key: value for key, (value, _) in _choices(config).items()},
+            meta={
+                key: value for key, (value, _) in _choices(config, self.origins.get(config.config)).items()
+            },
         )
 
 
@@ -378,7 +426,7 @@ def depth_figure(
                     config,
                     [analysis.short_depth(c.depth) for c, _ in measured],
                     [m.mean for _, m in measured],
-                    [_depth_hover(c) for c, _ in measured],
+                    [_depth_hover(c, data.origin(config)) for c, _ in measured],
                 )
             )
     return _finish(fig)
@@ -399,6 +447,7 @@ def speedup_figure(data: ExplorerData, styler: Styler) -> go.Figure:
         hover = [
             _hover(
                 mine,
+                data.origin(mine),
                 [
                     f"over {speedup.baseline} at depth {p.depth:,}:"
                     f" {p.speedup.mean:.3f} ± {p.speedup.std:.3f} ({p.outcome})",
@@ -432,7 +481,11 @@ def acceptance_figure(data: ExplorerData, styler: Styler) -> go.Figure:
     for series in data.acceptance:
         positions = range(1, len(series.per_position) + 1)
         hover = [
-            _hover(series.config, [f"position {i}: {rate:.3f} accepted per draft", f"cells: {series.cells}"])
+            _hover(
+                series.config,
+                data.origin(series.config),
+                [f"position {i}: {rate:.3f} accepted per draft", f"cells: {series.cells}"],
+            )
             for i, rate in zip(positions, series.per_position, strict=True)
         ]
         fig.add_trace(styler.trace(series.config, positions, series.per_position, hover))
@@ -466,7 +519,7 @@ def natural_figure(
                         config,
                         [c.concurrency for c in cells],
                         [metric(c) for c in cells],
-                        [_natural_hover(c) for c in cells],
+                        [_natural_hover(c, data.origin(config)) for c in cells],
                         name=name,
                         symbol=symbol,
                     )
@@ -476,7 +529,7 @@ def natural_figure(
 
 def figures(data: ExplorerData) -> dict[str, go.Figure]:
     """Every graph of the explorer by its element id, in page order."""
-    styler = Styler(data.configs)
+    styler = Styler(data)
     return {
         "decode_vs_depth": depth_figure(
             data,
@@ -514,7 +567,8 @@ def figures(data: ExplorerData) -> dict[str, go.Figure]:
 
 # --- the page ----------------------------------------------------------------------------
 
-# Hides every trace whose config has an unchecked engine, checkpoint or speculation.
+# Hides every trace whose config has an unchecked engine, checkpoint, speculation or weights
+# origin; shows the mechanism-check note while a trace on random weights is shown.
 FILTER_SCRIPT = """
 const facets = FACET_KEYS;
 const traceCount = TRACE_COUNT;
@@ -525,13 +579,17 @@ function applyFilters() {
       [...document.querySelectorAll(`input[data-facet="${facet}"]:checked`)].map((box) => box.value));
   }
   let shown = 0;
+  let randomShown = false;
   for (const plot of document.querySelectorAll(".js-plotly-plot")) {
     if (!plot.data.length) continue;
     const visible = plot.data.map((trace) => facets.every((f) => allowed[f].has(trace.meta[f])));
     shown += visible.filter(Boolean).length;
+    randomShown ||= plot.data.some((trace, i) => visible[i] && trace.meta.origin === "random");
     Plotly.restyle(plot, {visible: visible});
   }
   document.getElementById("shown").textContent = `${shown} of ${traceCount} traces shown`;
+  const note = document.getElementById("mechanism-check");
+  if (note) note.hidden = !randomShown;
 }
 for (const box of document.querySelectorAll("input[data-facet]")) {
   box.addEventListener("change", applyFilters);
@@ -544,13 +602,14 @@ body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
 fieldset { display: inline-block; vertical-align: top; margin: 0 1em 1em 0; }
 label { display: block; font-size: 0.9em; }
 #shown { color: #555; }
+#mechanism-check { background: #fff4d6; border-left: 4px solid #e0a800; padding: 0.5em 0.8em; }
 """
 
 
-def _filters(configs: Sequence[ConfigIdentity]) -> str:
+def _filters(data: ExplorerData) -> str:
     groups = []
     for facet, heading in FACETS:
-        options = dict(_choices(c)[facet] for c in configs)
+        options = dict(_choices(c, data.origin(c))[facet] for c in data.configs)
         boxes = "".join(
             f'<label><input type="checkbox" data-facet="{facet}" value="{html.escape(value)}" checked> '
             f"{html.escape(label)}</label>"
@@ -558,6 +617,25 @@ def _filters(configs: Sequence[ConfigIdentity]) -> str:
         )
         groups.append(f"<fieldset><legend>{html.escape(heading)}</legend>{boxes}</fieldset>")
     return "".join(groups)
+
+
+def mechanism_note(data: ExplorerData) -> str | None:
+    """What the page says while a config on random weights is shown, in the report's words;
+    None where no config declares random weights."""
+    random = data.random_weight_configs()
+    if not random:
+        return None
+    if len(random) == len(data.configs):
+        who = "every config here serves random weights, so the"
+    else:
+        who = f"{and_list(random)} {'serves' if len(random) == 1 else 'serve'} random weights, so"
+        who += " its" if len(random) == 1 else " their"
+    return f"{MECHANISM_CHECK}, not a finding: {who} points show that {RANDOM_WEIGHTS_SHOW}."
+
+
+def _note(data: ExplorerData) -> str:
+    text = mechanism_note(data)
+    return "" if text is None else f'<p id="mechanism-check" role="note">{html.escape(text)}</p>\n'
 
 
 def render_explorer(data: ExplorerData, plotly_js: str) -> str:
@@ -583,9 +661,9 @@ def render_explorer(data: ExplorerData, plotly_js: str) -> str:
 <body>
 <h1>{title}</h1>
 <p>{len(data.configs)} configs, {len(data.depth)} measured depth cells, {len(data.natural)} measured
-natural-prompt cells. Hover a point for the cell's values and provenance; untick a box to hide
+natural-prompt cells. Hover a point for the cell's values, provenance and weights; untick a box to hide
 its configs. <span id="shown"></span></p>
-<div id="filters">{_filters(data.configs)}</div>
+{_note(data)}<div id="filters">{_filters(data)}</div>
 {divs}
 <script>{script}</script>
 </body>
@@ -594,11 +672,15 @@ its configs. <span id="shown"></span></p>
 
 
 def write_explorer(
-    out: Path, depth: pd.DataFrame, natural: pd.DataFrame | None, study: StudyInfo
+    out: Path,
+    depth: pd.DataFrame,
+    natural: pd.DataFrame | None,
+    study: StudyInfo,
+    origins: Mapping[str, WeightsOrigin | None] | None = None,
 ) -> ExplorerData:
     """Render the explorer of these frames to ``out``, plotly's bundle inlined."""
     from plotly.offline import get_plotlyjs
 
-    data = explorer_data(depth, natural, study, study.title or "gridbench explorer")
+    data = explorer_data(depth, natural, study, study.title or "gridbench explorer", origins)
     atomic_write_text(out, render_explorer(data, get_plotlyjs()))
     return data

@@ -10,7 +10,8 @@ import pandas as pd
 from gridbench.aggregate import analysis
 from gridbench.aggregate.report.markdown import code, depth_list, table
 from gridbench.aggregate.text import DASH
-from gridbench.grid import BenchySettings, Checkpoint, Grid
+from gridbench.aggregate.weights_origin import origin_text
+from gridbench.grid import BenchySettings, Grid
 from gridbench.harness.prompts import NaturalSettings
 
 
@@ -143,13 +144,6 @@ def environment(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None)
     return text
 
 
-def weights_text(checkpoint: Checkpoint) -> str:
-    origin = checkpoint.origin
-    if origin is None:
-        return "not declared"
-    return f"{origin.kind}: {origin.source}" if origin.source else origin.kind
-
-
 def configs_table(grid: Grid, dataset: pd.DataFrame) -> str:
     rows = []
     meta = dataset.drop_duplicates("config")
@@ -158,7 +152,7 @@ def configs_table(grid: Grid, dataset: pd.DataFrame) -> str:
         cfg = grid.configs.get(row.config)
         serving = flags = weights = DASH
         if cfg is not None:
-            weights = weights_text(cfg.checkpoint)
+            weights = origin_text(cfg.checkpoint.origin)
             s = cfg.serving
             serving = (
                 f"max len {s.max_model_len} · prefix cache {'on' if s.prefix_caching else 'off'} · "

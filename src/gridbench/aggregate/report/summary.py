@@ -8,16 +8,8 @@ from gridbench.aggregate.checks import run_checks
 from gridbench.aggregate.report.phenomena import judged, tally_line
 from gridbench.aggregate.text import and_list
 from gridbench.aggregate.verdict import verdict_lines
+from gridbench.aggregate.weights_origin import MECHANISM_CHECK, RANDOM_WEIGHTS_SHOW, random_weight_configs
 from gridbench.grid import Grid
-
-
-def random_weight_configs(grid: Grid) -> list[str]:
-    """Configs whose checkpoint declares random weights: their findings are mechanism checks."""
-    return [
-        name
-        for name, cfg in grid.configs.items()
-        if cfg.checkpoint.origin is not None and not cfg.checkpoint.origin.real
-    ]
 
 
 def _split(frame: pd.DataFrame, configs: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -35,7 +27,7 @@ def weighed_verdict_lines(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFra
     real_depth, random_depth = _split(dataset, random)
     real_natural, random_natural = _split(natural, random) if natural is not None else (None, None)
     lines = []
-    what = "engines, counters and harness work, not how these methods perform on a real model"
+    what = RANDOM_WEIGHTS_SHOW
     if real_depth.empty:
         lines.append(
             f"Every checkpoint measured here holds random weights: the lines below show that {what}."
@@ -44,7 +36,7 @@ def weighed_verdict_lines(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFra
         lines += verdict_lines(real_depth, real_natural, grid.study)
         lines.append(f"{and_list(random)} serve random weights: the mechanism checks below show that {what}.")
     mechanism = verdict_lines(random_depth, random_natural, grid.study)
-    return lines + [f"Mechanism check: {line}" for line in mechanism]
+    return lines + [f"{MECHANISM_CHECK}: {line}" for line in mechanism]
 
 
 def verdict(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
