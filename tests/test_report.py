@@ -556,7 +556,7 @@ def test_the_seeds_phenomena_are_judged_each_shown_or_not_with_its_numbers(seed0
     checkpoints = {cfg.checkpoint.name for cfg in grid.configs.values()}
     report = render_report(_with_origin(grid, dict.fromkeys(checkpoints, "random")), frame)
     assert section(report, "The seeds' speculation phenomena").endswith(
-        "Not judged: `Q_bf16_dfl1`, `Q_bf16_dfl8` and `Q_nvfp4_dfl8` serve random weights, whose "
-        "acceptance shows only that the counters work.\n"
+        "Not judged: `Q_bf16_dfl1`, `Q_bf16_dfl8` and `Q_nvfp4_dfl8` serve random weights, which show "
+        "that engines, counters and harness work, not how these methods perform on a real model.\n"
     )
     assert "seeds' speculation findings" not in section(report, "Verdict")

@@ -8,6 +8,7 @@ from gridbench.aggregate import phenomena
 from gridbench.aggregate.phenomena import Judgement
 from gridbench.aggregate.report.markdown import code, table
 from gridbench.aggregate.text import DASH, and_list
+from gridbench.aggregate.weights_origin import RANDOM_WEIGHTS_SHOW, is_random
 from gridbench.grid import Grid
 
 SECTION = "The seeds' speculation phenomena"
@@ -19,14 +20,13 @@ def speculative_configs(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame
     return [n for n, c in grid.configs.items() if n in present and c.speculation.method != "none"]
 
 
-def _random(grid: Grid, config: str) -> bool:
-    origin = grid.configs[config].checkpoint.origin
-    return origin is not None and not origin.real
-
-
 def judged(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> list[Judgement]:
     """The phenomena for every speculative config not declared to serve random weights."""
-    configs = [c for c in speculative_configs(grid, dataset, natural) if not _random(grid, c)]
+    configs = [
+        c
+        for c in speculative_configs(grid, dataset, natural)
+        if not is_random(grid.configs[c].checkpoint.origin)
+    ]
     return phenomena.judge(configs, dataset, natural, grid.study)
 
 
@@ -56,7 +56,7 @@ def phenomena_section(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame |
     speculative = speculative_configs(grid, dataset, natural)
     if not speculative:
         return ""
-    random = [c for c in speculative if _random(grid, c)]
+    random = [c for c in speculative if is_random(grid.configs[c].checkpoint.origin)]
     judgements = judged(grid, dataset, natural)
     intro = (
         "Seed 000 found acceptance depending on the prompt class and decaying by draft position; "
@@ -80,7 +80,7 @@ def phenomena_section(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame |
         parts.append(table(("config", *phenomena.PHENOMENA), rows))
     if random:
         parts.append(
-            f"Not judged: {and_list([code(c) for c in random])} serve random weights, whose acceptance "
-            "shows only that the counters work."
+            f"Not judged: {and_list([code(c) for c in random])} serve random weights, which show that "
+            f"{RANDOM_WEIGHTS_SHOW}."
         )
     return "\n\n".join(parts)
