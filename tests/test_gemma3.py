@@ -147,6 +147,9 @@ def test_the_checkpoint_config_says_what_llama_cpp_runs(checkpoint, reader):
     assert len(config["layer_types"]) == layers
     manifest = json.loads((checkpoint / MANIFEST).read_text())
     assert manifest["files"][0]["derived"] == "the shipped Q4_K_M weights in BF16 safetensors"
+    generation = json.loads((checkpoint / "generation_config.json").read_text())
+    # <eos>, and the two tokens llama.cpp also ends on: <end_of_turn> and </s>
+    assert generation == {"bos_token_id": 2, "eos_token_id": [1, 106, 212], "pad_token_id": 0}
 
 
 def test_every_tensor_is_the_gguf_tensor_in_bf16_norms_less_one(checkpoint, reader):
@@ -232,6 +235,22 @@ def test_tokenizer_splits_text_as_llama_cpp_does(gemma, llama_server):
 def chat(base_url: str, model: str, messages: list[dict], max_tokens: int) -> dict:
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
     return post(base_url + "/v1/chat/completions", body)
+
+
+def forced(token_id: int) -> dict:
+    """A request that makes ``token_id`` the greedy choice at every step (OpenAI's form of
+    logit_bias, which both engines read)."""
+    return {"prompt": "Hello", "temperature": 0, "logit_bias": {str(token_id): 100}}
+
+
+@pytest.mark.integration
+def test_llama_cpp_ends_generation_on_every_id_the_checkpoint_stops_on(checkpoint, llama_server):
+    stops = json.loads((checkpoint / "generation_config.json").read_text())["eos_token_id"]
+    for token_id in stops:
+        done = post(llama_server + "/completion", forced(token_id) | {"n_predict": 4, "return_tokens": True})
+        assert (done["tokens"], done["stop_type"]) == ([token_id], "eos"), token_id
+    newline = post(llama_server + "/completion", forced(107) | {"n_predict": 4, "return_tokens": True})
+    assert newline["tokens"] == [107] * 4  # any other token runs on
 
 
 @pytest.mark.integration
@@ -330,7 +349,7 @@ PROMPTS = (
 
 @pytest.mark.integration
 @pytest.mark.vllm
-def test_vllm_serves_the_checkpoint_with_llama_cpps_tokens(llama_server, vllm_server):
+def test_vllm_serves_the_checkpoint_with_llama_cpps_tokens(checkpoint, llama_server, vllm_server):
     agreed = []
     for prompt in PROMPTS:
         greedy = {"prompt": prompt, "temperature": 0}
@@ -347,5 +366,10 @@ def test_vllm_serves_the_checkpoint_with_llama_cpps_tokens(llama_server, vllm_se
         agreed.append(next((i for i, (a, b) in enumerate(pairs) if a != b), len(pairs)))
     # measured: 11, 16, 10, 9, 9, 4, 16, 1 of 16 (76 of 128)
     assert min(agreed) >= 1 and agreed.count(16) >= 2 and sum(agreed) >= 64, agreed
+    stops = json.loads((checkpoint / "generation_config.json").read_text())["eos_token_id"]
+    for token_id in stops:  # vLLM stops where llama.cpp does
+        done = post(vllm_server + "/v1/completions", forced(token_id) | {"model": "gemma", "max_tokens": 4})
+        assert done["choices"][0]["finish_reason"] == "stop", token_id
+        assert done["usage"]["completion_tokens"] == 1, token_id
     text = chat(vllm_server, "gemma", QUESTION, 24)["choices"][0]["message"]["content"]
     assert text.lstrip().startswith("Paris"), text

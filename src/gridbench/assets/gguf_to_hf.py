@@ -79,8 +79,47 @@ class TokenizerConfig:
 @dataclass(frozen=True, kw_only=True)
 class GenerationConfig:
     bos_token_id: int
-    eos_token_id: int
+    eos_token_id: int | tuple[int, ...]  # vLLM stops on each one
     pad_token_id: int
+
+
+# Tokens llama.cpp ends generation on besides the GGUF's EOS: these texts (llama-vocab.cpp, as
+# the xllamacpp build gridbench runs has them; it stops on Gemma 3's <end_of_turn> and </s>)
+# and the EOT/EOM/FIM ids the metadata names. generation_config.json lists them all, so vLLM
+# stops where llama.cpp does.
+_LLAMA_CPP_EOG_TEXTS = frozenset(
+    {
+        "<|eot_id|>",
+        "<|im_end|>",
+        "<|end|>",
+        "<|return|>",
+        "<|call|>",
+        "<|flush|>",
+        "<|calls|>",
+        "<end_of_turn>",
+        "<|endoftext|>",
+        "</s>",
+        "<|eom_id|>",
+        "<EOT>",
+        "_<EOT>",
+        "[EOT]",
+        "[EOS]",
+        "<|end_of_text|>",
+        "<end_of_utterance>",
+        "<eos>",
+        "<turn|>",
+        "<|tool_response>",
+    }
+)
+_LLAMA_CPP_EOG_KEYS = ("eos", "eot", "eom", "fim_pad", "fim_rep", "fim_sep")
+
+
+def _end_of_generation_ids(reader: gguf.GGUFReader) -> tuple[int, ...]:
+    """The ids llama.cpp ends generation on, the GGUF's EOS first."""
+    ids = [_optional_value(reader, f"tokenizer.ggml.{key}_token_id") for key in _LLAMA_CPP_EOG_KEYS]
+    tokens = _value(reader, "tokenizer.ggml.tokens")
+    ids += [i for i, token in enumerate(tokens) if token in _LLAMA_CPP_EOG_TEXTS]
+    return tuple(dict.fromkeys(int(i) for i in ids if i is not None))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -449,8 +488,11 @@ def write_hf_checkpoint(gguf_path: Path, outdir: Path) -> Path:
     conversion = _conversion(reader)
     config = conversion.config
     write_safetensors(outdir / CHECKPOINT_FILE, [_hf_tensor(t, conversion) for t in reader.tensors])
+    stops = _end_of_generation_ids(reader)
     generation = GenerationConfig(
-        bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id
+        bos_token_id=config.bos_token_id,
+        eos_token_id=stops if len(stops) > 1 else config.eos_token_id,
+        pad_token_id=config.pad_token_id,
     )
     atomic_write_text(outdir / "config.json", json.dumps(codec.to_json(config), indent=2))
     atomic_write_text(outdir / "generation_config.json", json.dumps(codec.to_json(generation), indent=2))
