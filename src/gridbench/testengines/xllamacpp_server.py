@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import xllamacpp as xlc
 
@@ -64,6 +65,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for flag in NGRAM_FLAGS:
         parser.add_argument(flag, type=int, default=None)
     parser.add_argument("--api-key", default=None)
+    # a Jinja chat template in place of the GGUF's own (a base model has none)
+    parser.add_argument("--chat-template-file", default=None)
     return parser.parse_args(argv)
 
 
@@ -87,6 +90,8 @@ def build_params(args: argparse.Namespace) -> xlc.CommonParams:
     api_key = args.api_key or os.environ.get("LLAMA_API_KEY")  # llama-server reads it there too
     if api_key:
         params.api_keys = [api_key]
+    if args.chat_template_file:  # llama-server reads the file's text into the same field
+        params.chat_template = Path(args.chat_template_file).read_text(encoding="utf-8")
     spec_type = args.spec_type or ("draft-simple" if args.model_draft else None)
     if spec_type:
         spec = params.speculative
