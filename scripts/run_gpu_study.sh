@@ -177,21 +177,30 @@ sweep() {
         snakemake -j1 --scheduler greedy --configfile "${configs[@]}" "$@"
 }
 
+# where this run's dataset and report are: partial/dataset, where a failed sweep leaves them
+# (the workflow's onerror), else the workflow's own dataset/
+dataset_dir() {
+    if [ -d partial ]; then echo partial/dataset; else echo dataset; fi
+}
+
 finish() {
     local grid
     gridbench engine stop --all
-    # the dataset, graphs and report of every cell measured so far, by the command the
-    # workflow itself ends a failed run with (a complete run has written them already)
+    # a sweep stopped too hard for its onerror handler: the dataset, graphs and report of every
+    # cell measured so far, by the command that handler runs, into the folder it writes. Never
+    # into the workflow's own outputs: a later run would find them and measure nothing more.
     grid=$(ls -t .gridbench/grid-*.json 2> /dev/null | head -1)
-    if [ -n "$grid" ] && { [ ! -s dataset/comparison.md ] || [ -d partial ]; }; then
-        gridbench finalize --grid "$grid" --outdir .
+    if [ -n "$grid" ] && [ ! -s dataset/comparison.md ] && [ ! -s partial/dataset/comparison.md ]; then
+        gridbench finalize --grid "$grid" --outdir partial
     fi
     # no dataset is no failure of this step: the verdict at the end reports nothing measured
-    [ -s dataset/dataset.csv ] || return 0
-    python3 - << 'SUMMARY'
+    [ -s "$(dataset_dir)/dataset.csv" ] || return 0
+    DATASET="$(dataset_dir)/dataset.csv" python3 - << 'SUMMARY'
+import os
+
 import pandas as pd
 
-frame = pd.read_csv("dataset/dataset.csv")
+frame = pd.read_csv(os.environ["DATASET"])
 wanted = ["config", "context_tokens", "status", "decode_tps", "ttft_ms", "prefill_tps",
           "acceptance_rate", "mean_acceptance_length", "engine_startup_s"]
 print(frame[[c for c in wanted if c in frame.columns]].to_string(index=False))
@@ -200,15 +209,15 @@ SUMMARY
 
 pack() {
     local paths=()
-    for path in results dataset graphs report.html logs .gridbench/grid-*.json \
+    for path in results dataset graphs partial report.html logs .gridbench/grid-*.json \
         resources/models/*/weight_gb.tsv resources/models/*/SHAPE resources/models/*/quantize-*.log \
         resources/models/*/*/MANIFEST.json resources/models/*/*/hf-*/MANIFEST.json \
         "$llamacpp"/cmake-*.log "$llamacpp"/bin/BUILD_STAMP; do
         [ -e "$path" ] && paths+=("$path")
     done
     tar -czf "$out/study.tar.gz" "${paths[@]}"
-    [ -s dataset/dataset.csv ] && cp dataset/dataset.csv "$out/"
-    [ -s dataset/comparison.md ] && cp dataset/comparison.md "$out/"
+    [ -s "$(dataset_dir)/dataset.csv" ] && cp "$(dataset_dir)/dataset.csv" "$out/"
+    [ -s "$(dataset_dir)/comparison.md" ] && cp "$(dataset_dir)/comparison.md" "$out/"
     ls -l "$out"
 }
 
@@ -246,9 +255,9 @@ timed pack pack
 # the run fails when a step failed or no cell was measured
 failed=$(tail -n +"$first_timing" "$timings" | awk -F '\t' '$3 != 0 && !seen[$1]++ { print $1 }' | xargs)
 measured=$(python3 -c 'import csv, sys; print(sum(r.get("status") == "ok" for r in csv.DictReader(open(sys.argv[1]))))' \
-    dataset/dataset.csv 2> /dev/null || echo 0)
+    "$(dataset_dir)/dataset.csv" 2> /dev/null || echo 0)
 verdict=${failed:+failed steps: $failed}
-[ "$measured" -gt 0 ] || verdict="${verdict:+$verdict; }no cell measured (no ok row in dataset/dataset.csv)"
+[ "$measured" -gt 0 ] || verdict="${verdict:+$verdict; }no cell measured (no ok row in $(dataset_dir)/dataset.csv)"
 if [ -n "$verdict" ]; then
     echo "FAILED in $SECONDS s: $verdict"
 else

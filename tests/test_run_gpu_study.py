@@ -110,3 +110,34 @@ def test_a_run_without_an_ok_cell_fails(tree, fake_bin, tmp_path, cell_status, r
     assert result.returncode == returncode, result.stdout[-3000:]
     assert re.fullmatch(verdict, last_line(result)), last_line(result)
     assert (out / "dataset.csv").exists()
+
+
+FAILED_SWEEP = """#!/usr/bin/env bash
+# a sweep stopped by the loan's budget: its onerror handler left the dataset of what it
+# measured in partial/, its grid in .gridbench/
+[ "${1:-}" = --version ] && echo 9.27.1 && exit 0
+echo sweep >> sweeps.log
+mkdir -p .gridbench partial/dataset
+cp "$GRID" .gridbench/grid-0.json
+printf 'config,context_tokens,status\\nF16_none,512,ok\\nF16_none,4096,failed\\n' \\
+    > partial/dataset/dataset.csv
+echo '# partial' > partial/dataset/comparison.md
+exit 1
+"""
+
+
+def test_a_stopped_sweep_leaves_the_workflow_outputs_alone_so_the_next_run_measures_on(
+    tree, fake_bin, tmp_path
+):
+    """On a machine kept warm between two runs, the second must still sweep: the first may not
+    write the workflow's own dataset/ (Snakemake would find it and measure nothing more)."""
+    executable(fake_bin / "snakemake", FAILED_SWEEP)
+    executable(tree / "resources/llamacpp-cuda/bin/llama-server", FAKE_LLAMA_SERVER)
+    (tree / "resources/llamacpp-cuda/bin/.carried").write_text("carried\n")
+    grid = REPO / "tests/fixtures/demo_run/grid.json"
+    result, out = run_study(tree, fake_bin, tmp_path, GRID=str(grid))
+    assert not (tree / "dataset").exists(), "finish wrote the workflow's outputs"
+    assert result.returncode == 1
+    assert re.fullmatch(r"FAILED in \d+ s: failed steps: sweep", last_line(result)), last_line(result)
+    assert "F16_none" in (out / "dataset.csv").read_text()  # packed from partial/
+    assert (out / "comparison.md").read_text() == "# partial\n"
