@@ -30,6 +30,9 @@ rule all:
 
 
 onstart:
+    record_lock_holder(
+        SWEEP
+    )  # Snakemake holds the lock now (onstart runs in no dry run)
     interrupt_on_sigterm()
     start_progress()
 

@@ -14,6 +14,8 @@ from gridbench.engines.allocation import (
     cuda_visible_devices,
     process_gone,
     process_identity,
+    record_lock_holder,
+    release_stale_lock,
     sweep_owner,
     sweep_process,
 )
@@ -90,3 +92,32 @@ def test_a_process_is_gone_when_exited_or_a_zombie_and_never_judged_on_another_h
     assert process_gone(identity)
     assert not process_gone({**identity, "host": "another-host"})  # not ours to judge
     assert not process_gone(None)
+
+
+def _snakemake_lock(workdir: Path) -> Path:
+    """What Snakemake leaves in a working directory it has locked."""
+    locks = workdir / ".snakemake/locks"
+    locks.mkdir(parents=True)
+    (locks / "0.input.lock").write_text("results/raw/a.json\n")
+    return locks
+
+
+def test_the_lock_of_a_sweep_that_is_gone_is_released_and_a_live_ones_kept(tmp_path):
+    sweep = subprocess.Popen(["sleep", "600"])
+    holder = process_identity(sweep.pid)
+    record_lock_holder(holder, tmp_path)
+    locks = _snakemake_lock(tmp_path)
+    assert release_stale_lock(tmp_path) is None  # its sweep still runs: the lock is its
+    assert (locks / "0.input.lock").exists()
+    sweep.kill()
+    sweep.wait()
+    assert release_stale_lock(tmp_path) == holder
+    assert not locks.exists()
+    assert release_stale_lock(tmp_path) is None  # nothing left to release
+
+
+def test_a_lock_without_a_known_holder_is_left_to_snakemake(tmp_path):
+    """A lock taken by a Snakemake gridbench never saw take it (or by hand) is not judged."""
+    locks = _snakemake_lock(tmp_path)
+    assert release_stale_lock(tmp_path) is None
+    assert (locks / "0.input.lock").exists()

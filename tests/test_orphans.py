@@ -161,6 +161,12 @@ def test_sigkill_to_a_sweep_mid_cell_stops_its_engine_within_seconds(workdir, de
     assert not measured.exists()
     assert [e["by"] for e in events(workdir) if e["event"] == "reclaim"] == ["watchdog"]
 
+    # the same command again: the dead sweep's lock is released, the unfinished cell measured
+    rerun = snakemake(workdir, "--configfile", "grid.yaml")
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert "removed the lock that sweep" in rerun.stdout + rerun.stderr
+    assert measured.exists()
+
 
 def test_a_reused_engine_whose_watchdog_was_killed_gets_a_new_one(workdir, stand_in_sweep):
     grid = grid_for("process")

@@ -41,6 +41,10 @@ NATURAL_PARQUET = "dataset/natural.parquet"
 GRAPH = "graphs/{graph}.png"
 REPORT = "dataset/comparison.md"
 EXPLORER = "dataset/explorer.html"
+# Snakemake's lock of the working directory (what `snakemake --unlock` removes), and the sweep
+# that took it: a sweep killed with SIGKILL leaves the lock behind
+SNAKEMAKE_LOCKS = ".snakemake/locks"
+LOCK_HOLDER = ".snakemake/gridbench-lock-holder"
 # graph names, in report order (gridbench.aggregate.plots draws them)
 DEPTH_GRAPHS = (
     "decode_vs_context",

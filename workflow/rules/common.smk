@@ -1,6 +1,7 @@
 import hashlib
 import json
 import contextlib
+import os
 import re
 import signal
 import sys
@@ -11,7 +12,11 @@ from snakemake.logging import logger
 
 from gridbench import layout
 from gridbench.cell import write_context
-from gridbench.engines.allocation import claim_sweep
+from gridbench.engines.allocation import (
+    claim_sweep,
+    record_lock_holder,
+    release_stale_lock,
+)
 from gridbench.engines.manager import detect_gpus
 from gridbench.errors import GridbenchError
 from gridbench.files import atomic_write_text
@@ -21,7 +26,16 @@ from gridbench.progress import sweep_follower
 
 # This Snakemake (or the one that started it on this host) owns the engines its cells start:
 # a watchdog stops each engine once this process is gone, also after a kill -9.
-claim_sweep()
+SWEEP = claim_sweep()
+if (
+    SWEEP["pid"] == os.getpid()
+):  # the sweep itself, not a group or cluster job inside it
+    _gone = release_stale_lock()
+    if _gone:
+        logger.warning(
+            f"gridbench: removed the lock that sweep {_gone['pid']} left when it was killed "
+            "(it is gone); its unfinished cells run again"
+        )
 CONFIG_FILES = [
     Path(p) for p in workflow.config_settings.configfiles or ["config/config.yaml"]
 ]

@@ -14,10 +14,14 @@ sweep finding a slot whose owner process is gone reclaims it at once.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import TypedDict
+
+from gridbench import layout
+from gridbench.files import atomic_write_text
 
 SWEEP_VARIABLE = "GRIDBENCH_SWEEP_PROCESS"  # pid:start_time:host:boot_id of the sweep's Snakemake
 
@@ -136,3 +140,27 @@ def sweep_process(environ: Mapping[str, str] = os.environ) -> ProcessIdentity | 
     """The process whose end ends the engines this process starts: the sweep that claimed it
     (see claim_sweep), else the parent (the shell or script that ran a cell by hand)."""
     return _parse(environ.get(SWEEP_VARIABLE)) or process_identity(os.getppid())
+
+
+def record_lock_holder(sweep: ProcessIdentity, workdir: Path = Path()) -> None:
+    """Note ``sweep`` as the holder of Snakemake's lock of ``workdir`` (called once Snakemake
+    holds it: a dry run, which takes no lock, never becomes the holder)."""
+    atomic_write_text(workdir / layout.LOCK_HOLDER, _format(sweep) + "\n")
+
+
+def release_stale_lock(workdir: Path = Path()) -> ProcessIdentity | None:
+    """Snakemake's lock of ``workdir``, removed when the sweep that took it is gone: Snakemake
+    releases it on any exit it sees, a SIGKILL (the OOM killer, a batch system's hard kill)
+    leaves it, and the next sweep would stop at "Directory cannot be locked". The gone holder,
+    or None when there was no lock, no known holder, or a holder still running."""
+    holder_file = workdir / layout.LOCK_HOLDER
+    try:
+        holder = _parse(holder_file.read_text().strip())
+    except FileNotFoundError:
+        return None
+    locks = workdir / layout.SNAKEMAKE_LOCKS
+    if holder is None or not process_gone(holder) or not any(locks.glob("*")):
+        return None
+    shutil.rmtree(locks)  # as `snakemake --unlock` does
+    holder_file.unlink()
+    return holder
