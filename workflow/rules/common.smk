@@ -27,9 +27,8 @@ from gridbench.progress import sweep_follower
 # This Snakemake (or the one that started it on this host) owns the engines its cells start:
 # a watchdog stops each engine once this process is gone, also after a kill -9.
 SWEEP = claim_sweep()
-if (
-    SWEEP["pid"] == os.getpid()
-):  # the sweep itself, not a group or cluster job inside it
+# the sweep itself, not a group or cluster job inside it (those run unlocked)
+if SWEEP["pid"] == os.getpid() and not workflow.remote_exec:
     _gone = release_stale_lock()
     if _gone:
         logger.warning(
