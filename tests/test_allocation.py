@@ -116,6 +116,21 @@ def test_the_lock_of_a_sweep_that_is_gone_is_released_and_a_live_ones_kept(tmp_p
     assert release_stale_lock(tmp_path) is None  # nothing left to release
 
 
+def test_a_gone_holder_that_released_its_lock_is_forgotten(tmp_path):
+    """The next sweep takes the lock before it notes itself: in between, a third must not
+    take that lock for the gone holder's and remove it."""
+    sweep = subprocess.Popen(["sleep", "600"])
+    holder = process_identity(sweep.pid)
+    sweep.kill()
+    sweep.wait()
+    record_lock_holder(holder, tmp_path)
+    assert release_stale_lock(tmp_path) is None  # its Snakemake ended cleanly: no lock left
+    assert not (tmp_path / ".snakemake/gridbench-lock-holder").exists()
+    locks = _snakemake_lock(tmp_path)  # the next sweep's lock, before its onstart
+    assert release_stale_lock(tmp_path) is None
+    assert (locks / "0.input.lock").exists()
+
+
 def test_a_lock_without_a_known_holder_is_left_to_snakemake(tmp_path):
     """A lock taken by a Snakemake gridbench never saw take it (or by hand) is not judged."""
     locks = _snakemake_lock(tmp_path)

@@ -158,9 +158,13 @@ def release_stale_lock(workdir: Path = Path()) -> ProcessIdentity | None:
         holder = _parse(holder_file.read_text().strip())
     except FileNotFoundError:
         return None
-    locks = workdir / layout.SNAKEMAKE_LOCKS
-    if holder is None or not process_gone(holder) or not any(locks.glob("*")):
+    if holder is None or not process_gone(holder):
         return None
-    shutil.rmtree(locks)  # as `snakemake --unlock` does
+    # a gone holder's note goes in any case: a sweep that takes the lock after this one
+    # must not be taken for it before it notes itself
     holder_file.unlink()
+    locks = workdir / layout.SNAKEMAKE_LOCKS
+    if not any(locks.glob("*")):
+        return None  # its Snakemake released the lock on its way out
+    shutil.rmtree(locks)  # as `snakemake --unlock` does
     return holder
