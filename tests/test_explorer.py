@@ -208,19 +208,17 @@ def gridbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+def explorer_cli(study_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """`gridbench explorer` on a study folder's parquet datasets, which must succeed."""
+    datasets = ["--dataset", "dataset/dataset.parquet", "--natural", "dataset/natural.parquet"]
+    result = gridbench("explorer", *args, *datasets, "--out", layout.EXPLORER, cwd=study_dir)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
 def test_cli_writes_the_explorer_of_a_study_without_its_grid_file(tmp_path):
     shutil.copytree(REPO / "studies/h200-llamacpp/dataset", tmp_path / "dataset")
-    result = gridbench(
-        "explorer",
-        "--dataset",
-        "dataset/dataset.parquet",
-        "--natural",
-        "dataset/natural.parquet",
-        "--out",
-        layout.EXPLORER,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr
+    result = explorer_cli(tmp_path)
     assert "9 configs, 54 measured cells" in result.stdout
     page = (tmp_path / layout.EXPLORER).read_text()
     from plotly.offline import get_plotlyjs
@@ -235,19 +233,7 @@ def test_cli_given_the_grid_shows_each_configs_weights_origin(tmp_path):
     study = REPO / "studies/h200-llamacpp"  # its grid declares every checkpoint's weights random
     shutil.copytree(study / "dataset", tmp_path / "dataset")
     shutil.copy(study / "grid.json", tmp_path / "grid.json")
-    result = gridbench(
-        "explorer",
-        "--grid",
-        "grid.json",
-        "--dataset",
-        "dataset/dataset.parquet",
-        "--natural",
-        "dataset/natural.parquet",
-        "--out",
-        layout.EXPLORER,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr
+    explorer_cli(tmp_path, "--grid", "grid.json")
     page = (tmp_path / layout.EXPLORER).read_text()
     assert re.findall(r'data-facet="origin" value="([^"]+)"', page) == ["random"]
     note = "Mechanism check, not a finding: every config here serves random weights"

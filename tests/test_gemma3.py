@@ -10,12 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
 
 import gguf
@@ -31,6 +25,7 @@ from gridbench.assets.real_models import REAL_MODELS, write_real_hf, write_real_
 from gridbench.assets.safetensors_stream import read_safetensors, to_bfloat16
 from gridbench.engines.manager import SlotManager
 from gridbench.loading import load_grid
+from real_servers import llama_cpp, post, serving
 from test_gguf_to_hf import TEXTS
 
 GEMMA = REAL_MODELS["gemma3-270m"]
@@ -178,47 +173,11 @@ def test_the_tokenizer_adds_bos_as_llama_cpp_does(checkpoint):
     assert (checkpoint / "chat_template.jinja").exists() is False  # none invented
 
 
-def wait_healthy(proc: subprocess.Popen, base: str, what: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        assert proc.poll() is None, f"{what} exited during start-up"
-        try:
-            urllib.request.urlopen(base + "/health", timeout=2).close()
-            return
-        except (urllib.error.URLError, ConnectionError):
-            assert time.monotonic() < deadline, f"{what} did not answer /health in {timeout_s:.0f} s"
-            time.sleep(0.5)
-
-
-@contextmanager
-def llama_cpp(model: Path, *extra: str):
-    port = free_port()
-    argv = [sys.executable, "-m", "gridbench.testengines.xllamacpp_server", "-m", str(model)]
-    proc = subprocess.Popen(
-        [*argv, "--port", str(port), "--threads", "1", "-c", "2048", *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(proc, base, "the llama.cpp server", 120)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
 @pytest.fixture(scope="module")
 def llama_server(gemma):
     """llama.cpp on the shipped GGUF, with gridbench's base-model chat template."""
     with llama_cpp(gemma / SHIPPED, "--chat-template-file", str(TEMPLATE)) as base:
         yield base
-
-
-def post(url: str, body: dict) -> dict:
-    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=300) as response:
-        return json.load(response)
 
 
 @pytest.mark.integration
@@ -321,14 +280,8 @@ def vllm_server(checkpoint):
     argv = [str(VLLM_ENV / "bin/vllm"), "serve", str(checkpoint), "--port", str(port)]
     argv += ["--served-model-name", "gemma", "--enforce-eager", "--dtype", "bfloat16"]
     argv += ["--max-model-len", "2048", "--chat-template", str(TEMPLATE)]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(proc, base, "vLLM", 600)
+    with serving(argv, port, "vLLM", 600, env) as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
 
 
 # completions of a base model, greedy. Both engines pick the same first token, then vLLM's

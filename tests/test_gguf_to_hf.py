@@ -6,11 +6,6 @@ text exactly as llama.cpp does."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import gguf
@@ -18,12 +13,12 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from conftest import free_port
 from gridbench.assets.gguf_model import active_weight_bytes
 from gridbench.assets.gguf_to_hf import write_hf_checkpoint, write_hf_tokenizer
 from gridbench.assets.llama_formats import hf_active_weight_bytes, hf_name, to_gguf_rotary
 from gridbench.assets.real_models import REAL_MODELS, requantize, shipped_file
 from gridbench.assets.safetensors_stream import read_safetensors, to_bfloat16
+from real_servers import llama_cpp, post
 
 # varied enough to catch a wrong pre-tokenizer, a missing special token or byte mapping
 TEXTS = (
@@ -146,34 +141,8 @@ def test_tokenizer_files_carry_the_ggufs_special_tokens_and_chat_template(smollm
 @pytest.fixture(scope="module")
 def llama_server(smollm2):
     """llama.cpp's own server on the same GGUF: the reference for tokenization."""
-    port = free_port()
-    argv = [sys.executable, "-m", "gridbench.testengines.xllamacpp_server", "-m", str(smollm2)]
-    proc = subprocess.Popen(
-        [*argv, "--port", str(port), "--threads", "1", "-c", "1024"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, "the llama.cpp server exited during start-up"
-            try:
-                urllib.request.urlopen(base + "/health", timeout=2).close()
-                break
-            except (urllib.error.URLError, ConnectionError):
-                assert time.monotonic() < deadline, "the llama.cpp server did not answer /health in 60 s"
-                time.sleep(0.2)
+    with llama_cpp(smollm2) as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
-def post(url: str, body: dict) -> dict:
-    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.load(response)
 
 
 @pytest.mark.integration

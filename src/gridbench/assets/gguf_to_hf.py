@@ -417,16 +417,11 @@ _GEMMA3_LAYER_NAMES = {
     "ffn_down": "mlp.down_proj",
     "post_ffw_norm": "post_feedforward_layernorm",
 }
-_GEMMA3_GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 
 
 def gemma3_hf_name(gguf_name: str) -> str:
     """blk.3.post_ffw_norm.weight -> model.layers.3.post_feedforward_layernorm.weight."""
-    stem, suffix = gguf_name.rsplit(".", 1)
-    if stem.startswith("blk."):
-        _, layer, part = stem.split(".", 2)
-        return f"model.layers.{layer}.{_GEMMA3_LAYER_NAMES[part]}.{suffix}"
-    return f"{_GEMMA3_GLOBAL_NAMES[stem]}.{suffix}"
+    return hf_name(gguf_name, _GEMMA3_LAYER_NAMES)
 
 
 def from_gemma3_norm(gguf_name: str, weight: np.ndarray) -> np.ndarray:

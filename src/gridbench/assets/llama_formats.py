@@ -13,6 +13,7 @@ model needs a few hundred MB of memory.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -47,12 +48,13 @@ _LAYER_NAMES = {
 _GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 
 
-def hf_name(gguf_name: str) -> str:
-    """blk.3.attn_q.weight -> model.layers.3.self_attn.q_proj.weight."""
+def hf_name(gguf_name: str, layer_names: Mapping[str, str] = _LAYER_NAMES) -> str:
+    """blk.3.attn_q.weight -> model.layers.3.self_attn.q_proj.weight (``layer_names``: another
+    architecture's names within a layer; outside the layers every one shares these)."""
     stem, suffix = gguf_name.rsplit(".", 1)
     if stem.startswith("blk."):
         _, layer, part = stem.split(".", 2)
-        return f"model.layers.{layer}.{_LAYER_NAMES[part]}.{suffix}"
+        return f"model.layers.{layer}.{layer_names[part]}.{suffix}"
     return f"{_GLOBAL_NAMES[stem]}.{suffix}"
 
 
