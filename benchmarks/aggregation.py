@@ -21,8 +21,8 @@ from pathlib import Path
 
 from gridbench.aggregate import dataset, natural, synthetic
 from gridbench.aggregate.report import render_report
+from gridbench.cells.plan import NaturalPlan, depth_plan, natural_plan
 from gridbench.loading import load_grid
-from gridbench.plan import NaturalPlan, depth_plan, natural_plan
 
 TARGET_S = 5.0
 DEPTHS = 20

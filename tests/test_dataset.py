@@ -14,8 +14,9 @@ import report_fixtures as rf
 from conftest import gridbench
 from gridbench import codec, layout
 from gridbench.aggregate import dataset, natural
+from gridbench.cells.kinds.natural import NaturalCellPlan
+from gridbench.cells.plan import natural_plan
 from gridbench.layout import CellFiles
-from gridbench.plan import NaturalCellPlan, natural_plan
 
 
 @pytest.fixture
@@ -181,6 +182,7 @@ def test_natural_plan_follows_the_contract():
             failure="results/failures/natural/Q_fp8_mtp1/code_c4.json",
             log="logs/cells/Q_fp8_mtp1/natural_code_c4.log",
         ),
+        expected_requests=plan.cells[1].expected_requests,
     )
     assert natural_plan(rf.seed002()[0]).cells == ()  # no natural matrix declared
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, free_port, gridbench
-from gridbench.cell import write_context
+from gridbench.cells.context import write_context
 from gridbench.engines.manager import SlotManager
 from gridbench.errors import SlotBusyError
 from gridbench.files import atomic_write_json

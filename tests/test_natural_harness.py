@@ -12,7 +12,8 @@ import pytest
 
 from conftest import REPO, free_port, load_yaml
 from gridbench import codec
-from gridbench.cell import natural_cell, run_cell
+from gridbench.cells.context import cell_from_grid
+from gridbench.cells.run import run_cell
 from gridbench.engines import probe
 from gridbench.engines.manager import SlotManager
 from gridbench.grid import Grid
@@ -40,7 +41,9 @@ def demo_grid(natural_section: dict, **engine_changes) -> Grid:
 
 
 def run_natural_cell(grid: Grid, config: str, prompt_class: str, concurrency: int) -> tuple[int, Path]:
-    cell = natural_cell(grid, config, ["cpu"], prompt_class, concurrency)
+    cell = cell_from_grid(
+        grid, "natural", config, ["cpu"], prompt_class=prompt_class, concurrency=concurrency
+    )
     out = Path(f"results/natural/{config}/{prompt_class}_c{concurrency}.json")
     outputs = {"raw": out, "provenance": out.with_suffix(".provenance.json")}
     return run_cell(cell, outputs), out
@@ -265,8 +268,8 @@ def test_error_rate_within_the_threshold_keeps_the_failed_request(workdir):
 
 
 def test_unknown_prompt_class_is_a_config_error():
+    from gridbench.cells.plan import natural_plan
     from gridbench.errors import ConfigError
-    from gridbench.plan import natural_plan
 
     with pytest.raises(
         ConfigError, match="unknown class poetry; allowed values: code, reasoning, dialogue, prose"
@@ -278,5 +281,5 @@ def test_prompt_file_replaces_the_packaged_prompts(tmp_path):
     prompts = tmp_path / "prompts.json"
     prompts.write_text(json.dumps({"haiku": "Write a haiku."}))
     grid = demo_grid({"prompt_classes": ["haiku"], "prompt_file": str(prompts)})
-    cell = natural_cell(grid, "D_f16_n0", ["cpu"], "haiku", 1)
+    cell = cell_from_grid(grid, "natural", "D_f16_n0", ["cpu"], prompt_class="haiku", concurrency=1)
     assert cell.prompt == "Write a haiku."

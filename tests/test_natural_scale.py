@@ -14,7 +14,7 @@ import pytest
 
 from conftest import REPO, load_yaml
 from gridbench import codec
-from gridbench.cell import write_context
+from gridbench.cells.context import write_context
 from gridbench.harness import natural
 from gridbench.harness.prompts import NaturalSettings
 from gridbench.harness.stats import OK, nearest_rank

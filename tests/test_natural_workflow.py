@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, load_yaml, write_config
+from gridbench.cells.plan import depth_plan, natural_plan
 from gridbench.errors import ConfigError
 from gridbench.loading import load_grid
-from gridbench.plan import depth_plan, natural_plan
 from test_workflow import events, snakemake
 
 STUDY = REPO / "config/studies/qwen36-35b-a3b-dflash.yaml"

@@ -4,10 +4,10 @@ prefix-cache pass's cells."""
 from __future__ import annotations
 
 from conftest import REPO, load_yaml
+from gridbench.cells.kinds import CELL_KINDS
+from gridbench.cells.plan import depth_plan, natural_plan
 from gridbench.grid import Grid
-from gridbench.layout import depth_cell_files
 from gridbench.loading import load_grid, load_grid_files
-from gridbench.plan import depth_plan, natural_plan
 
 
 def seed_grid(**overrides) -> Grid:
@@ -33,13 +33,14 @@ def test_depth_cells_run_config_major_in_declared_order_with_their_files():
     plan = depth_plan(grid)
     assert [c.key for c in plan.cells] == [(c, d) for c in grid.configs for d in grid.depths]
     assert list(plan.configs) == list(grid.configs)
-    assert all(c.files == depth_cell_files(c.config, c.depth) for c in plan.cells)
+    benchy = CELL_KINDS["benchy"].patterns
+    assert all(c.files == benchy.files(config=c.config, depth=c.depth) for c in plan.cells)
 
 
 def test_cells_longer_than_max_model_len_are_skipped_with_the_reason():
     plan = depth_plan(seed_grid(serving={"max_model_len": 20000}))
     assert len(plan.cells) == 9 * 10
-    assert {s.depth for s in plan.skipped} == {24576, 32768, 49152, 65536}
+    assert {s.cell.depth for s in plan.skipped} == {24576, 32768, 49152, 65536}
     assert plan.skipped[0].reason == "depth 24576 + pp 512 + tg 256 = 25344 exceeds max_model_len 20000"
 
 
@@ -47,7 +48,8 @@ def test_the_prefix_cache_pass_has_a_cell_per_depth_with_context():
     grid = load_grid(load_yaml(REPO / "config/mechanism.yaml"), "mechanism.yaml")
     cached = depth_plan(grid).cached_cells
     assert [c.key for c in cached] == [("D_q8_0_n0", d) for d in (256, 512, 1024)]
-    assert all(c.files == depth_cell_files(c.config, c.depth, prefix_cache=True) for c in cached)
+    cached_files = CELL_KINDS["benchy-cached"].patterns
+    assert all(c.files == cached_files.files(config=c.config, depth=c.depth) for c in cached)
 
 
 def test_natural_cells_run_by_config_then_prompt_class_then_concurrency():

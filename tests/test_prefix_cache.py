@@ -15,10 +15,11 @@ from conftest import REPO, load_yaml
 from gridbench import codec
 from gridbench.aggregate import dataset, plots, synthetic
 from gridbench.aggregate.report import render_report
+from gridbench.cells.kinds.benchy import CachedCellPlan
+from gridbench.cells.plan import depth_plan
 from gridbench.grid import Grid
 from gridbench.layout import CellFiles
 from gridbench.loading import load_grid
-from gridbench.plan import DepthCellPlan, depth_plan
 from report_fixtures import read_back
 
 COLD_TTFT_MS = {0: 40.0, 256: 80.0, 512: 120.0, 1024: 200.0}
@@ -74,7 +75,7 @@ def test_the_plan_has_a_cached_cell_per_depth_with_context_of_the_pass_configs(g
         ("D_q8_0_n0", 512),
         ("D_q8_0_n0", 1024),
     ]
-    assert plan.cached_cells[0] == DepthCellPlan(
+    assert plan.cached_cells[0] == CachedCellPlan(
         config="D_q8_0_n0",
         depth=256,
         files=CellFiles(
@@ -83,6 +84,7 @@ def test_the_plan_has_a_cached_cell_per_depth_with_context_of_the_pass_configs(g
             failure="results/failures/D_q8_0_n0/depth_256.pc.json",
             log="logs/cells/D_q8_0_n0/depth_256.pc.log",
         ),
+        expected_requests=2 * grid.benchy.runs * grid.benchy.concurrency,
     )
 
 

@@ -16,6 +16,9 @@ import pytest
 
 from conftest import REPO, load_yaml, write_config
 from gridbench import layout, progress
+from gridbench.cells.kinds import PlannedCell
+from gridbench.cells.kinds.benchy import BENCHY
+from gridbench.cells.kinds.natural import NATURAL
 from gridbench.errors import ConfigError
 from gridbench.grid import Grid
 from gridbench.harness.natural import progress_file
@@ -25,9 +28,7 @@ from gridbench.progress import (
     EngineEvent,
     Follower,
     WorkdirReader,
-    benchy_requests,
     engine_states,
-    natural_requests,
     planned_cells,
     progress_line,
 )
@@ -57,21 +58,21 @@ def write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data))
 
 
-def finish(root: Path, cell: progress.PlannedCell, seconds: float) -> None:
+def finish(root: Path, cell: PlannedCell, seconds: float) -> None:
     """A cell's result and its provenance record, measured in ``seconds``."""
-    write_json(root / cell.result, {})
+    write_json(root / cell.files.raw, {})
     started = SWEEP_START + timedelta(minutes=1)
     write_json(
-        root / cell.provenance,
+        root / cell.files.provenance,
         {"started_at": iso(started), "finished_at": iso(started + timedelta(seconds=seconds))},
     )
 
 
-def fail(root: Path, cell: progress.PlannedCell, at: datetime) -> None:
-    write_json(root / cell.failure, {"cell": cell.label, "failed_at": iso(at)})
+def fail(root: Path, cell: PlannedCell, at: datetime) -> None:
+    write_json(root / cell.files.failure, {"cell": cell.label, "failed_at": iso(at)})
 
 
-def start(root: Path, cell: progress.PlannedCell, at: datetime) -> Path:
+def start(root: Path, cell: PlannedCell, at: datetime) -> Path:
     """The scratch folder run_cell makes for a cell it starts at ``at``."""
     name = layout.SCRATCH_PREFIX.format(
         config=cell.config, cell_id=cell.cell_id, started_s=int(at.timestamp())
@@ -94,7 +95,7 @@ def engine_log(root: Path, *events: tuple[str, str, dict]) -> None:
             f.write("\n")
 
 
-def by_label(cells: list[progress.PlannedCell]) -> dict[str, progress.PlannedCell]:
+def by_label(cells: list[PlannedCell]) -> dict[str, PlannedCell]:
     return {cell.label: cell for cell in cells}
 
 
@@ -121,9 +122,9 @@ def test_the_plan_names_every_cell_with_its_files_and_expected_requests():
         "D_f16_n0 prose c=4",
     ]
     depth_256, code_c4 = cells[1], cells[5]
-    assert depth_256.result == "results/raw/D_f16_n0/depth_256.json"
+    assert depth_256.files.raw == "results/raw/D_f16_n0/depth_256.json"
     assert depth_256.expected_requests == 2  # runs 2 x concurrency 1
-    assert code_c4.failure == "results/failures/natural/D_f16_n0/code_c4.json"
+    assert code_c4.files.failure == "results/failures/natural/D_f16_n0/code_c4.json"
     assert code_c4.expected_requests == 4
 
 
@@ -135,8 +136,8 @@ def test_the_prefix_cache_pass_adds_a_cell_per_depth_with_context_that_counts_it
     assert [c.label for c in cached] == [f"D_f16_n0 depth {d} cached" for d in (256, 512, 1024)]
     assert [c.expected_requests for c in cached] == [4, 4, 4]  # a context load before each request
     assert cells["D_f16_n0 depth 256"].expected_requests == 2  # the cold cell as before
-    assert cached[0].result == "results/raw/D_f16_n0/depth_256.pc.json"
-    assert cached[0].failure == "results/failures/D_f16_n0/depth_256.pc.json"
+    assert cached[0].files.raw == "results/raw/D_f16_n0/depth_256.pc.json"
+    assert cached[0].files.failure == "results/failures/D_f16_n0/depth_256.pc.json"
     assert cached[0].scratch_name == "D_f16_n0-depth_256.pc"
 
 
@@ -148,7 +149,7 @@ def test_done_failed_and_running_cells_with_an_eta_from_the_measured_times(tmp_p
     fail(tmp_path, cell["D_f16_n0 depth 512"], NOW - timedelta(minutes=2))
     finish(tmp_path, cell["D_f16_n0 code c=1"], 5)
     folder = start(tmp_path, cell["D_f16_n0 depth 1024"], NOW - timedelta(seconds=90))
-    (folder / layout.BENCHY_PROGRESS).write_text((FIXTURES / "early_eos_progress.jsonl").read_text())
+    (folder / BENCHY.progress_file).write_text((FIXTURES / "early_eos_progress.jsonl").read_text())
     engine_log(
         tmp_path,
         ("start", "D_f16_n0", {}),
@@ -246,7 +247,7 @@ def test_on_a_terminal_the_same_snapshot_is_a_panel(tmp_path):
     cells = planned_cells(demo_grid())
     finish(tmp_path, cells[0], 10)
     folder = start(tmp_path, cells[4], NOW - timedelta(seconds=5))
-    with progress_file(folder / layout.NATURAL_PROGRESS, "measured", 4) as finished:
+    with progress_file(folder / NATURAL.progress_file, "measured", 4) as finished:
         finished(trace(0))
     engine_log(tmp_path, ("start", "D_f16_n0", {}))
     console = Console(record=True, width=150, color_system=None)
@@ -280,7 +281,7 @@ def test_an_engines_state_is_what_its_latest_event_leaves(events, described):
 def test_llama_benchy_requests_so_far_with_failures_and_a_half_written_line():
     text = (FIXTURES / "http500_every3rd.progress.jsonl").read_text()
     ends = [json.loads(line) for line in text.splitlines() if '"request_end"' in line]
-    requests = benchy_requests(text + '{"schema":"llama-benchy-progress.v1","type":"request_e', expected=6)
+    requests = BENCHY.requests(text + '{"schema":"llama-benchy-progress.v1","type":"request_e', expected=6)
     assert requests.requests_done == len(ends) and requests.requests_expected == 6
     assert requests.requests_failed == sum(1 for e in ends if e["error"]) > 0
     ok = [e["total_tokens"] / e["decode_seconds"] for e in ends if not e["error"]]
@@ -288,7 +289,7 @@ def test_llama_benchy_requests_so_far_with_failures_and_a_half_written_line():
 
 
 def test_llama_benchy_before_its_first_request_ends():
-    requests = benchy_requests((FIXTURES / "early_eos_progress.jsonl").read_text().splitlines()[0], 4)
+    requests = BENCHY.requests((FIXTURES / "early_eos_progress.jsonl").read_text().splitlines()[0], 4)
     assert (requests.requests_done, requests.tok_s) == (0, None)
     assert progress.describe_requests(requests) == "llama-benchy 0/4 requests"
 
@@ -298,10 +299,10 @@ def trace(index: int, status: str = "ok", tokens: int | None = 32) -> RequestTra
 
 
 def test_the_natural_harness_writes_a_line_per_finished_request_that_progress_reads(tmp_path):
-    path = tmp_path / layout.NATURAL_PROGRESS
+    path = tmp_path / NATURAL.progress_file
     with progress_file(path, "warm-up", 1) as finished:
         finished(trace(0))
-    assert natural_requests(path.read_text(), 4).phase == "warm-up"
+    assert NATURAL.requests(path.read_text(), 4).phase == "warm-up"
     with progress_file(path, "measured", 4) as finished:
         finished(trace(1))
         finished(trace(2, status="errored", tokens=None))
@@ -314,7 +315,7 @@ def test_the_natural_harness_writes_a_line_per_finished_request_that_progress_re
         ("measured", 2, 32),
         ("measured", 3, 48),
     ]
-    requests = natural_requests(path.read_text(), 4)
+    requests = NATURAL.requests(path.read_text(), 4)
     assert (requests.phase, requests.requests_done, requests.requests_expected) == ("measured", 3, 4)
     assert requests.requests_failed == 1
     assert requests.tok_s == pytest.approx(48 / lines[-1]["elapsed_s"])
@@ -328,7 +329,7 @@ def test_without_a_path_the_harness_writes_nothing(tmp_path):
 
 
 def test_a_natural_cell_before_its_first_request_ends():
-    requests = natural_requests("", 16)
+    requests = NATURAL.requests("", 16)
     assert progress.describe_requests(requests) == "natural 0/16 requests"
 
 

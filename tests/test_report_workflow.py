@@ -15,10 +15,11 @@ from browser import CHROMIUM, Chromium
 from conftest import REPO, write_config
 from gridbench import codec, layout
 from gridbench.aggregate import synthetic
-from gridbench.cell import _write_failure, depth_cell
+from gridbench.cells.context import cell_from_grid
+from gridbench.cells.plan import depth_plan, natural_plan
+from gridbench.cells.run import _write_failure
 from gridbench.errors import BenchmarkError
 from gridbench.loading import load_grid_files
-from gridbench.plan import depth_plan, natural_plan
 from test_workflow import jobs_of_last_run, snakemake
 
 pytestmark = pytest.mark.workflow
@@ -151,7 +152,7 @@ def test_a_real_cell_gives_graphs_report_and_the_shapes_the_fixtures_assume(work
     for key in ("engine", "host", "versions", "bench", "spec_decode"):
         assert set(fake_prov[key]) == set(real_prov[key]), key
     grid = load_grid_files([config_path])
-    cell = depth_cell(grid, "D_f16_draft4", ["cpu"], 0)
+    cell = cell_from_grid(grid, "benchy", "D_f16_draft4", ["cpu"], depth=0)
     _write_failure(cell, BenchmarkError("cell D_f16_draft4 depth 0: it broke"), "2026-01-01T00:00:00+00:00")
     real_failure = json.loads(cell.failure_path().read_text())
     assert list(codec.to_json(synthetic.failure_record(plan.cells[0], "x", "y"))) == list(real_failure)

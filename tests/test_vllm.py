@@ -22,7 +22,8 @@ import pytest
 from conftest import REPO, free_port, load_yaml, write_config
 from gridbench.assets.corpus import write_corpus
 from gridbench.assets.hf_model import write_vllm_test_models
-from gridbench.cell import depth_cell, run_cell
+from gridbench.cells.context import cell_from_grid
+from gridbench.cells.run import run_cell
 from gridbench.engines import probe
 from gridbench.engines.kinds import engine_kind
 from gridbench.engines.manager import EngineLease, SlotManager
@@ -179,7 +180,7 @@ def test_prefix_cache_reset_empties_the_cache(engine):
 def test_a_cell_end_to_end_on_the_warm_engine(site, monkeypatch):
     monkeypatch.chdir(site.workdir)
     monkeypatch.setenv("GRIDBENCH_SLOT_DIR", str(site.slot_dir))
-    cell = depth_cell(site.grid, SELF_DRAFT, ["cpu"], 256)
+    cell = cell_from_grid(site.grid, "benchy", SELF_DRAFT, ["cpu"], depth=256)
     outputs = {"raw": site.workdir / "cell/raw.json", "provenance": site.workdir / "cell/prov.json"}
     assert run_cell(cell, outputs) == 0
     raw = json.loads(outputs["raw"].read_text())

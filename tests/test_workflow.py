@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from conftest import REPO, free_port, sweep_logs, write_config
-from gridbench import codec, layout
+from gridbench import codec
+from gridbench.cells.kinds import CELL_KINDS
 from gridbench.engines.runtime import ProcessRuntime, RuntimeHandle
 
 pytestmark = pytest.mark.workflow
@@ -320,7 +321,7 @@ def test_a_grid_edited_elsewhere_keeps_a_measured_cell(tmp_path, demo_config, mo
     but it is a gate, not data: before, its newer file re-measured every cell of the engine."""
     monkeypatch.chdir(tmp_path)
     write_config(tmp_path / "grid.yaml", demo_config)
-    cell = layout.RAW.format(config="D_f16_n0", depth=0)
+    cell = CELL_KINDS["benchy"].patterns.raw.format(config="D_f16_n0", depth=0)
     measured = snakemake(tmp_path, cell, "--configfile", "grid.yaml")
     assert measured.returncode == 0, measured.stdout + measured.stderr + sweep_logs(tmp_path)
     edited = copy.deepcopy(demo_config)

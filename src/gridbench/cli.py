@@ -55,23 +55,20 @@ def _load_grid(args: argparse.Namespace) -> Grid:
 
 
 def cmd_cells(args: argparse.Namespace) -> int:
-    from gridbench.plan import depth_plan, natural_plan
+    from gridbench.cells.plan import sweep_plan
 
-    grid = _load_grid(args)
-    depth, natural = depth_plan(grid), natural_plan(grid)
-    for cell in depth.cells:
-        print(f"{cell.config}\tdepth {cell.depth}")
-    for skip in depth.skipped:
-        print(f"{skip.config}\tdepth {skip.depth}\tskipped: {skip.reason}")
-    for cell in depth.cached_cells:
-        print(f"{cell.config}\tdepth {cell.depth} cached context")
-    for level in natural.cells:
-        print(f"{level.config}\tnatural {level.prompt_class} c={level.concurrency}")
-    print(
-        f"{len(depth.cells)} llama-benchy cells scheduled, {len(depth.skipped)} skipped, "
-        f"{len(depth.cached_cells)} with the context cached; {len(natural.cells)} natural cells",
-        file=sys.stderr,
+    plan = sweep_plan(_load_grid(args))
+    for kind, of_kind in plan.kinds.items():
+        for cell in of_kind.cells:
+            print(f"{kind}\t{cell.label}")
+        for skip in of_kind.skipped:
+            print(f"{kind}\t{skip.cell.label}\tskipped: {skip.reason}")
+    counts = (
+        f"{len(of_kind.cells)} {kind} cells"
+        + (f" ({len(of_kind.skipped)} skipped)" if of_kind.skipped else "")
+        for kind, of_kind in plan.kinds.items()
     )
+    print(", ".join(counts), file=sys.stderr)
     return 0
 
 
@@ -124,16 +121,20 @@ def cmd_engine_status(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from gridbench.cell import load_depth_cell, run_cell
+    from gridbench.cells.kinds import cell_kind
+    from gridbench.cells.run import run_cell
 
-    cell = load_depth_cell(args.context, args.depth, prefix_cache=args.prefix_cache)
+    kind = cell_kind("benchy-cached" if args.prefix_cache else "benchy")
+    cell = kind.load(args.context, {"depth": str(args.depth)})
     return run_cell(cell, {"raw": args.raw, "provenance": args.provenance})
 
 
 def cmd_natural(args: argparse.Namespace) -> int:
-    from gridbench.cell import load_natural_cell, run_cell
+    from gridbench.cells.kinds import cell_kind
+    from gridbench.cells.run import run_cell
 
-    cell = load_natural_cell(args.context, args.prompt_class, args.concurrency)
+    wildcards = {"prompt_class": args.prompt_class, "concurrency": str(args.concurrency)}
+    cell = cell_kind("natural").load(args.context, wildcards)
     return run_cell(cell, {"raw": args.out, "provenance": args.provenance})
 
 
@@ -177,7 +178,7 @@ def _grid_from_json(path: Path) -> Grid:
 
 def _write_depth_dataset(grid: Grid, csv: Path, json_path: Path, parquet: Path) -> pd.DataFrame:
     from gridbench.aggregate.dataset import build_from_plan
-    from gridbench.plan import depth_plan
+    from gridbench.cells.plan import depth_plan
 
     frame = build_from_plan(depth_plan(grid), csv=csv, json_path=json_path, parquet=parquet)
     _print_counts("depth", frame, [csv, json_path, parquet])
@@ -199,7 +200,7 @@ def _print_counts(kind: str, frame: pd.DataFrame, paths: Sequence[Path]) -> None
 
 def _write_natural_dataset(grid: Grid, csv: Path, parquet: Path) -> pd.DataFrame:
     from gridbench.aggregate.natural import build_from_plan
-    from gridbench.plan import natural_plan
+    from gridbench.cells.plan import natural_plan
 
     frame = build_from_plan(natural_plan(grid), csv=csv, parquet=parquet)
     _print_counts("natural-prompt", frame, [csv, parquet])

@@ -1,5 +1,5 @@
 """The grid as typed data: configs resolved from engines, checkpoints and speculations,
-the benchmark settings, and the filters that select configs (plan.py enumerates the cells).
+the benchmark settings, and the filters that select configs (cells/plan.py enumerates the cells).
 
 Pure: loading.load_grid is the one way from a config to a Grid (resolve.py builds it).
 """

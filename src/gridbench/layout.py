@@ -1,7 +1,9 @@
 """Where a sweep's files go, relative to the working directory.
 
 The one place these patterns are spelled: the workflow's rules name their outputs with
-these constants (workflow/rules/*.smk), and the package fills them in.
+these constants (workflow/rules/*.smk), and the package fills them in. A cell kind's own
+files (result, provenance, failure record, log) are its module's patterns
+(gridbench.cells.kinds.<kind>.patterns), in the same tree.
 """
 
 from __future__ import annotations
@@ -10,28 +12,11 @@ from dataclasses import dataclass
 
 # an engine's check (image, command, mounts), which gates its cells
 ENGINE_CHECK = "results/preflight/{engine}.json"
-RAW = "results/raw/{config}/depth_{depth}.json"
-PROVENANCE = "results/raw/{config}/depth_{depth}.provenance.json"
-FAILURE = "results/failures/{config}/depth_{depth}.json"
-CELL_LOG = "logs/cells/{config}/depth_{depth}.log"
-# the prefix-cache pass's cell of the same (config, depth): llama-benchy's two-phase mode
-CACHED_RAW = "results/raw/{config}/depth_{depth}.pc.json"
-CACHED_PROVENANCE = "results/raw/{config}/depth_{depth}.pc.provenance.json"
-CACHED_FAILURE = "results/failures/{config}/depth_{depth}.pc.json"
-CACHED_LOG = "logs/cells/{config}/depth_{depth}.pc.log"
-NATURAL = "results/natural/{config}/{prompt_class}_c{concurrency}.json"
-NATURAL_PROVENANCE = "results/natural/{config}/{prompt_class}_c{concurrency}.provenance.json"
-NATURAL_FAILURE = "results/failures/natural/{config}/{prompt_class}_c{concurrency}.json"
-NATURAL_LOG = "logs/cells/{config}/natural_{prompt_class}_c{concurrency}.log"
 # A running cell's scratch folder, SCRATCH/SCRATCH_PREFIX + 8 characters of tempfile.mkdtemp,
-# names the cell and its start (Unix seconds), and holds its load generator's progress file.
-BENCHY_CELL_ID = "depth_{depth}"
-CACHED_CELL_ID = "depth_{depth}.pc"
-NATURAL_CELL_ID = "{prompt_class}_c{concurrency}"
+# names the cell (its kind's cell_id pattern) and its start (Unix seconds), and holds its load
+# generator's progress file.
 SCRATCH = "results/.tmp"
 SCRATCH_PREFIX = "{config}-{cell_id}-{started_s}-"
-BENCHY_PROGRESS = "benchy.progress.jsonl"
-NATURAL_PROGRESS = "natural.progress.jsonl"
 ENGINE_EVENTS = "logs/engines/events.jsonl"
 DATASET_CSV = "dataset/dataset.csv"
 DATASET_JSON = "dataset/dataset.json"
@@ -87,18 +72,3 @@ class CellFiles:
     provenance: str
     failure: str
     log: str
-
-
-def depth_cell_files(config: str, depth: int, *, prefix_cache: bool = False) -> CellFiles:
-    """A llama-benchy cell's files; with ``prefix_cache``, its prefix-cache pass's."""
-    if prefix_cache:
-        patterns = (CACHED_RAW, CACHED_PROVENANCE, CACHED_FAILURE, CACHED_LOG)
-    else:
-        patterns = (RAW, PROVENANCE, FAILURE, CELL_LOG)
-    return CellFiles(*(p.format(config=config, depth=depth) for p in patterns))
-
-
-def natural_cell_files(config: str, prompt_class: str, concurrency: int) -> CellFiles:
-    names = {"config": config, "prompt_class": prompt_class, "concurrency": concurrency}
-    patterns = (NATURAL, NATURAL_PROVENANCE, NATURAL_FAILURE, NATURAL_LOG)
-    return CellFiles(*(p.format(**names) for p in patterns))

@@ -11,7 +11,6 @@ folder of a running cell and the progress file in it).
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import threading
@@ -20,14 +19,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-import cattrs
-
-from gridbench import codec, layout
+from gridbench import layout
+from gridbench.cells.kinds import PlannedCell, cell_kind
+from gridbench.cells.kinds.base import RequestProgress, json_lines
+from gridbench.cells.plan import sweep_plan
 from gridbench.files import read_json
 from gridbench.grid import Grid
-from gridbench.plan import depth_plan, natural_plan
 
 if TYPE_CHECKING:
     from rich.panel import Panel
@@ -36,99 +35,10 @@ if TYPE_CHECKING:
 _SCRATCH_TAIL_CHARS = 8
 POLL_S = 2.0  # how often a follower looks for a cell started or ended
 
-Line = TypeVar("Line")
-
-
-@dataclass(frozen=True)
-class PlannedCell:
-    """One cell of the plan, as progress needs it."""
-
-    kind: str  # "benchy" or "natural"
-    config: str
-    cell_id: str  # names its scratch folder (layout.BENCHY_CELL_ID / NATURAL_CELL_ID)
-    label: str  # "V_fp8 depth 32768", "V_fp8 code c=4"
-    result: str
-    provenance: str
-    failure: str
-    expected_requests: int  # measured requests its load generator sends
-    # most specific first: which finished cells' times predict this one's
-    timing_keys: tuple[tuple[Any, ...], ...]
-
-    @property
-    def scratch_name(self) -> str:
-        """Its scratch folder's name without the start time and mkdtemp's tail."""
-        return f"{self.config}-{self.cell_id}"
-
 
 def planned_cells(grid: Grid) -> list[PlannedCell]:
-    """Every cell the grid's plan runs: llama-benchy cells, then natural-prompt cells."""
-    cells = []
-    benchy = grid.benchy
-    depth = depth_plan(grid)
-    for cell in depth.cells:
-        cells.append(
-            PlannedCell(
-                kind="benchy",
-                config=cell.config,
-                cell_id=layout.BENCHY_CELL_ID.format(depth=cell.depth),
-                label=f"{cell.config} depth {cell.depth}",
-                result=cell.files.raw,
-                provenance=cell.files.provenance,
-                failure=cell.files.failure,
-                expected_requests=benchy.runs * benchy.concurrency,
-                timing_keys=(("benchy", cell.config, cell.depth), ("benchy", cell.depth), ("benchy",)),
-            )
-        )
-    for cell in depth.cached_cells:
-        cells.append(
-            PlannedCell(
-                kind="benchy",
-                config=cell.config,
-                cell_id=layout.CACHED_CELL_ID.format(depth=cell.depth),
-                label=f"{cell.config} depth {cell.depth} cached",
-                result=cell.files.raw,
-                provenance=cell.files.provenance,
-                failure=cell.files.failure,
-                # a context-load request before each measured one
-                expected_requests=benchy.runs * benchy.concurrency * 2,
-                timing_keys=(("cached", cell.config, cell.depth), ("cached", cell.depth), ("cached",)),
-            )
-        )
-    requests = grid.natural.requests if grid.natural else 0
-    for natural in natural_plan(grid).cells:
-        cells.append(
-            PlannedCell(
-                kind="natural",
-                config=natural.config,
-                cell_id=layout.NATURAL_CELL_ID.format(
-                    prompt_class=natural.prompt_class, concurrency=natural.concurrency
-                ),
-                label=f"{natural.config} {natural.prompt_class} c={natural.concurrency}",
-                result=natural.files.raw,
-                provenance=natural.files.provenance,
-                failure=natural.files.failure,
-                expected_requests=requests,
-                timing_keys=(
-                    ("natural", natural.config, natural.concurrency),
-                    ("natural", natural.concurrency),
-                    ("natural",),
-                ),
-            )
-        )
-    return cells
-
-
-@dataclass(frozen=True)
-class RequestProgress:
-    """A running cell's load generator: requests ended of those it sends, and its speed so far."""
-
-    load_generator: str  # "llama-benchy" or "natural"
-    phase: str  # "measured", or "warm-up" (natural's uncounted requests)
-    requests_done: int
-    requests_expected: int
-    requests_failed: int
-    tok_s: float | None  # None before the first request ended
-    tok_s_meaning: str  # "decode per request" (llama-benchy), "output, all requests" (natural)
+    """Every cell the grid's plan runs, kind by kind."""
+    return sweep_plan(grid).cells
 
 
 @dataclass(frozen=True)
@@ -151,30 +61,6 @@ class EngineEvent:
     config: str
     event: str  # start, ready, reuse, stop, reclaim
     ready_s: float | None = None  # a ready event's
-
-
-@dataclass(frozen=True)
-class NaturalProgressLine:
-    """One line of a natural cell's progress file (harness.natural.progress_file): written
-    when a request of the phase ended."""
-
-    phase: str  # "measured", or "warm-up"
-    done: int  # the phase's requests ended so far
-    total: int  # the phase's requests
-    status: str  # the request's: "ok", or how it failed
-    output_tokens: int  # of the phase's ok requests so far
-    elapsed_s: float  # since the phase began
-
-
-@dataclass(frozen=True)
-class BenchyEvent:
-    """One line of llama-benchy's --emit-progress file, the keys progress reads (the others
-    describe requests as they start and stream)."""
-
-    type: str  # "request_end" once a request ended
-    error: str | None = None  # empty or None when it succeeded
-    total_tokens: int | None = None  # the tokens it generated
-    decode_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -309,57 +195,6 @@ def _eta(
     return total_s / parallel, unknown > 0
 
 
-def benchy_requests(text: str, expected: int) -> RequestProgress:
-    """llama-benchy's --emit-progress events so far (a line still being written is skipped)."""
-    ended = [e for e in _json_lines(BenchyEvent, text) if e.type == "request_end"]
-    rates = [
-        e.total_tokens / e.decode_seconds
-        for e in ended
-        if not e.error and e.total_tokens and e.decode_seconds
-    ]
-    return RequestProgress(
-        load_generator="llama-benchy",
-        phase="measured",
-        requests_done=len(ended),
-        requests_expected=expected,
-        requests_failed=sum(1 for e in ended if e.error),
-        tok_s=statistics.mean(rates) if rates else None,
-        tok_s_meaning="decode per request",
-    )
-
-
-def natural_requests(text: str, expected: int) -> RequestProgress:
-    """The natural harness's progress lines (harness.natural.progress_file): the latest phase."""
-    lines = _json_lines(NaturalProgressLine, text)
-    if not lines:
-        return RequestProgress("natural", "measured", 0, expected, 0, None, "output, all requests")
-    last = lines[-1]
-    of_phase = [line for line in lines if line.phase == last.phase]
-    return RequestProgress(
-        load_generator="natural",
-        phase=last.phase,
-        requests_done=last.done,
-        requests_expected=last.total,
-        requests_failed=sum(1 for line in of_phase if line.status != "ok"),
-        tok_s=last.output_tokens / last.elapsed_s if last.elapsed_s > 0 else None,
-        tok_s_meaning="output, all requests",
-    )
-
-
-def _json_lines(cls: type[Line], text: str) -> list[Line]:
-    """The ``cls`` records of a JSON-lines text; a line of another shape is skipped, as is
-    the line its writer is still appending."""
-    records = []
-    for line in text.splitlines():
-        try:
-            document = json.loads(line)
-            if isinstance(document, dict):
-                records.append(codec.from_json(cls, document))
-        except (json.JSONDecodeError, cattrs.BaseValidationError):
-            continue
-    return records
-
-
 # --- rendering --------------------------------------------------------------------------------
 
 
@@ -467,13 +302,13 @@ class WorkdirReader:
         scratch = self._scratch_folders()
         observations = []
         for cell in self.cells:
-            finished = (self.root / cell.result).exists() and (self.root / cell.provenance).exists()
+            finished = (self.root / cell.files.raw).exists() and (self.root / cell.files.provenance).exists()
             if finished:
                 observations.append(
-                    CellObservation(cell, finished=True, duration_s=self._duration_s(cell.provenance))
+                    CellObservation(cell, finished=True, duration_s=self._duration_s(cell.files.provenance))
                 )
                 continue
-            failure = read_json(self.root / cell.failure)
+            failure = read_json(self.root / cell.files.failure)
             running = scratch.get(cell.scratch_name)
             observations.append(
                 CellObservation(
@@ -490,7 +325,7 @@ class WorkdirReader:
             text = (self.root / layout.ENGINE_EVENTS).read_text()
         except FileNotFoundError:
             return []
-        return _json_lines(EngineEvent, text)
+        return json_lines(EngineEvent, text)
 
     def snapshot(
         self, *, sweep_started_at: datetime | None = None, with_requests: bool = True
@@ -525,14 +360,12 @@ class WorkdirReader:
         return self._durations[provenance]
 
     def _requests(self, cell: PlannedCell, folder: Path) -> RequestProgress | None:
-        name = layout.BENCHY_PROGRESS if cell.kind == "benchy" else layout.NATURAL_PROGRESS
+        kind = cell_kind(cell.kind)
         try:
-            text = (folder / name).read_text(errors="replace")
+            text = (folder / kind.progress_file).read_text(errors="replace")
         except FileNotFoundError:
             return None  # the load generator has not started yet
-        if cell.kind == "benchy":
-            return benchy_requests(text, cell.expected_requests)
-        return natural_requests(text, cell.expected_requests)
+        return kind.requests(text, cell.expected_requests)
 
 
 class Follower:

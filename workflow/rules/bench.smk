@@ -1,17 +1,18 @@
+# llama-benchy at one context depth (gridbench.cells.kinds.benchy)
 rule bench_cell:
     input:
-        get_cell_files,
+        cell_inputs("benchy"),
     output:
-        raw=layout.RAW,
-        provenance=layout.PROVENANCE,
+        raw=CELL_KINDS["benchy"].patterns.raw,
+        provenance=CELL_KINDS["benchy"].patterns.provenance,
     log:
-        layout.CELL_LOG,
-    priority: get_cell_priority
+        CELL_KINDS["benchy"].patterns.log,
+    priority: cell_priority("benchy")
     resources:
         **ENGINE_MUTEXES,
         gpu=get_cell_gpus,
     params:
-        context=get_cell_context,
+        context=cell_context("benchy"),
     shell:
         "exec gridbench bench --context {params.context:q} --depth {wildcards.depth}"
         " --raw {output.raw:q} --provenance {output.provenance:q} > {log:q} 2>&1"
@@ -21,18 +22,18 @@ rule bench_cell:
 # --enable-prefix-caching, on the config's engine with its prefix cache on.
 rule bench_cached_cell:
     input:
-        get_cell_files,
+        cell_inputs("benchy-cached"),
     output:
-        raw=layout.CACHED_RAW,
-        provenance=layout.CACHED_PROVENANCE,
+        raw=CELL_KINDS["benchy-cached"].patterns.raw,
+        provenance=CELL_KINDS["benchy-cached"].patterns.provenance,
     log:
-        layout.CACHED_LOG,
-    priority: get_cached_cell_priority
+        CELL_KINDS["benchy-cached"].patterns.log,
+    priority: cell_priority("benchy-cached")
     resources:
         **ENGINE_MUTEXES,
         gpu=get_cell_gpus,
     params:
-        context=get_cell_context,
+        context=cell_context("benchy-cached"),
     shell:
         "exec gridbench bench --context {params.context:q} --depth {wildcards.depth} --prefix-cache"
         " --raw {output.raw:q} --provenance {output.provenance:q} > {log:q} 2>&1"

@@ -11,7 +11,8 @@ import psutil
 from snakemake.logging import logger
 
 from gridbench import layout
-from gridbench.cell import write_context
+from gridbench.cells.context import write_context
+from gridbench.cells.kinds import CELL_KINDS
 from gridbench.engines.allocation import (
     claim_sweep,
     record_lock_holder,
@@ -21,7 +22,7 @@ from gridbench.engines.manager import detect_gpus
 from gridbench.errors import GridbenchError
 from gridbench.files import atomic_write_text
 from gridbench.loading import load_grid
-from gridbench.plan import depth_plan, natural_plan
+from gridbench.cells.plan import run_order, sweep_plan
 from gridbench.progress import sweep_follower
 
 # This Snakemake (or the one that started it on this host) owns the engines its cells start:
@@ -44,8 +45,7 @@ try:
     GRID = load_grid(config, CONFIG_SOURCE, files=CONFIG_FILES)
 except GridbenchError as err:
     sys.exit(f"gridbench: invalid config: {err}")
-PLAN = depth_plan(GRID)
-NATURAL_PLAN = natural_plan(GRID)
+PLAN = sweep_plan(GRID)
 GPU_SLOTS = list(GRID.gpu_slots or detect_gpus()) or ["cpu"]
 # How a run is shown, not what it measures: kept out of the grid files, so that
 # `--config progress=False` reruns nothing.
@@ -73,25 +73,17 @@ ENGINE_CHECK_GRID_FILE = (
 )
 if not Path(ENGINE_CHECK_GRID_FILE).exists():
     atomic_write_text(Path(ENGINE_CHECK_GRID_FILE), _UNFILTERED_JSON)
-_CONFIG_RANK = {name: rank for rank, name in enumerate(PLAN.configs)}
-_DEPTH_RANK = {depth: rank for rank, depth in enumerate(GRID.depths)}
-_PROMPT_CLASSES = GRID.natural.prompt_classes if GRID.natural else ()
-_NATURAL_RANK = {
-    (cls, c): rank
-    for rank, (cls, c) in enumerate(
-        (cls, c) for cls in _PROMPT_CLASSES for c in GRID.natural.concurrency
-    )
-}
-# a config's cells in run order: depths, natural matrix, then the prefix-cache pass
-_PER_CONFIG = 2 * len(_DEPTH_RANK) + len(_NATURAL_RANK) + 1
+ORDER = run_order(GRID)
 
 
 wildcard_constraints:
+    **{
+        name: pattern
+        for kind in CELL_KINDS.values()
+        for name, pattern in kind.wildcard_patterns(GRID).items()
+    },
     config="|".join(PLAN.configs) or "NO_CONFIG",
     engine="|".join(GRID.configs[c].engine.name for c in PLAN.configs) or "NO_ENGINE",
-    depth=r"\d+",
-    prompt_class="|".join(map(re.escape, _PROMPT_CLASSES)) or "NO_CLASS",
-    concurrency=r"\d+",
 
 
 def get_final_outputs():
@@ -111,12 +103,22 @@ def get_final_outputs():
     return outputs
 
 
+def _results_of(dataset):
+    """The results of the cells whose rows the dataset holds."""
+    return [
+        cell.files.raw
+        for name, kind in CELL_KINDS.items()
+        if kind.dataset == dataset
+        for cell in PLAN.kinds[name].cells
+    ]
+
+
 def get_raw_results(wildcards):
-    return [cell.files.raw for cell in PLAN.cells + PLAN.cached_cells]
+    return _results_of("depth")
 
 
 def get_natural_results(wildcards):
-    return [cell.files.raw for cell in NATURAL_PLAN.cells]
+    return _results_of("natural")
 
 
 def get_graphs(wildcards):
@@ -141,29 +143,19 @@ def get_report_natural_option(wildcards):
     return f"--natural {layout.NATURAL_PARQUET}" if GRID.natural else ""
 
 
-def _host_files(config_name, kind):
-    """What a cell of this config and kind (benchy or natural) reads on the host."""
-    cfg = GRID.configs[config_name]
-    if kind == "benchy":
-        return [*cfg.files, GRID.benchy.corpus]
-    prompt_file = GRID.natural.prompt_file
-    return [*cfg.files, *([prompt_file] if prompt_file else [])]
-
-
 def get_engine_files(wildcards):
     """Every host file the engine's cells need. Its check then finds the paths its
     volumes mount, and once it has passed, all of the engine's cells are ready at once:
     the priorities keep each config's cells back to back on one warm engine (natural
     cells would otherwise run first, before the corpus exists)."""
     files = {}
-    kinds = ("benchy", "natural") if GRID.natural else ("benchy",)
     for (
         name,
         cfg,
     ) in GRID.configs.items():  # every config on the engine: see ENGINE_CHECK_GRID_FILE
         if cfg.engine.name == wildcards.engine:
-            for kind in kinds:
-                files.update(dict.fromkeys(_host_files(name, kind)))
+            for kind in CELL_KINDS.values():
+                files.update(dict.fromkeys(kind.host_files(GRID, name)))
     return list(files)
 
 
@@ -174,65 +166,42 @@ def _engine_check(config_name):
     return ancient(layout.ENGINE_CHECK.format(engine=engine))
 
 
-def get_cell_files(wildcards):
-    """The engine's preflight check and the host files the cell needs."""
-    return [_engine_check(wildcards.config), *_host_files(wildcards.config, "benchy")]
+def cell_inputs(kind):
+    """A kind's cell's inputs: its engine's preflight check and the host files it reads."""
+
+    def inputs(wildcards):
+        host_files = CELL_KINDS[kind].host_files(GRID, wildcards.config)
+        return [_engine_check(wildcards.config), *host_files]
+
+    return inputs
 
 
 _CONTEXTS = {}
 
 
-def _context(config_name, kind):
-    if (config_name, kind) not in _CONTEXTS:
-        _CONTEXTS[config_name, kind] = str(
-            write_context(GRID, config_name, GPU_SLOTS, kind)
-        )
-    return _CONTEXTS[config_name, kind]
+def cell_context(kind):
+    """A kind's cell's context file: what the config's cells of the kind share, named by its
+    content."""
+
+    def context(wildcards):
+        if (wildcards.config, kind) not in _CONTEXTS:
+            _CONTEXTS[wildcards.config, kind] = str(
+                write_context(GRID, wildcards.config, GPU_SLOTS, kind)
+            )
+        return _CONTEXTS[wildcards.config, kind]
+
+    return context
 
 
-def get_cell_context(wildcards):
-    """The config's llama-benchy cell context file (named by its content)."""
-    return _context(wildcards.config, "benchy")
+def cell_priority(kind):
+    """A kind's cell's priority: a config's cells run back to back on one warm engine."""
+    names = CELL_KINDS[kind].wildcard_names
 
+    def priority(wildcards):
+        coordinates = tuple(str(wildcards[name]) for name in names)
+        return ORDER.priority(wildcards.config, kind, coordinates)
 
-def get_natural_cell_files(wildcards):
-    """As get_cell_files, with the study's prompt file instead of llama-benchy's corpus."""
-    return [_engine_check(wildcards.config), *_host_files(wildcards.config, "natural")]
-
-
-def get_natural_cell_context(wildcards):
-    """The config's natural-cell context file (prompts included)."""
-    return _context(wildcards.config, "natural")
-
-
-def get_cell_priority(wildcards):
-    """Cells of one config (llama-benchy and natural alike) run back to back, so they
-    share one warm engine: configs in the config file's order, then shallow depths first,
-    then the natural matrix."""
-    config_rank = len(_CONFIG_RANK) - _CONFIG_RANK[wildcards.config]
-    if "depth" in wildcards.keys():
-        within = _DEPTH_RANK[int(wildcards.depth)]
-    else:
-        within = (
-            len(_DEPTH_RANK)
-            + _NATURAL_RANK[(wildcards.prompt_class, int(wildcards.concurrency))]
-        )
-    return _PER_CONFIG * config_rank - within
-
-
-def get_cached_cell_priority(wildcards):
-    """A config's prefix-cache cells run after all its other cells: their engine has the
-    prefix cache on, so (unless the config has it on already) it replaces the config's cold
-    engine once, and the cold cells never wait for a restart back."""
-    config_rank = len(_CONFIG_RANK) - _CONFIG_RANK[wildcards.config]
-    within = len(_DEPTH_RANK) + len(_NATURAL_RANK) + _DEPTH_RANK[int(wildcards.depth)]
-    return _PER_CONFIG * config_rank - within
-
-
-# An engine's check runs as soon as its files are there, before any cell: a check left at
-# the default priority waits behind every ready cell of the other engines, so a sweep cut
-# short (a GPU loan's end) never reached the later engines' cells at all.
-ENGINE_CHECK_PRIORITY = _PER_CONFIG * (len(_CONFIG_RANK) + 1)
+    return priority
 
 
 def get_cell_gpus(wildcards):

@@ -1,17 +1,18 @@
+# One prompt class at one concurrency (gridbench.cells.kinds.natural)
 rule natural_cell:
     input:
-        get_natural_cell_files,
+        cell_inputs("natural"),
     output:
-        raw=layout.NATURAL,
-        provenance=layout.NATURAL_PROVENANCE,
+        raw=CELL_KINDS["natural"].patterns.raw,
+        provenance=CELL_KINDS["natural"].patterns.provenance,
     log:
-        layout.NATURAL_LOG,
-    priority: get_cell_priority
+        CELL_KINDS["natural"].patterns.log,
+    priority: cell_priority("natural")
     resources:
         **ENGINE_MUTEXES,
         gpu=get_cell_gpus,
     params:
-        context=get_natural_cell_context,
+        context=cell_context("natural"),
     shell:
         "exec gridbench natural --context {params.context:q}"
         " --prompt-class {wildcards.prompt_class:q} --concurrency {wildcards.concurrency}"

@@ -5,7 +5,7 @@ rule check_engine:
         layout.ENGINE_CHECK,
     log:
         "logs/preflight/{engine}.log",
-    priority: ENGINE_CHECK_PRIORITY
+    priority: ORDER.engine_check_priority
     params:
         grid=ENGINE_CHECK_GRID_FILE,
     shell:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -36,6 +35,9 @@ from gridbench.aggregate.records import (
     row_columns,
     row_record,
 )
+from gridbench.cells.kinds import cell_file_pattern, result_folders
+from gridbench.cells.kinds.benchy import DepthCellPlan
+from gridbench.cells.plan import DepthPlan
 from gridbench.errors import ResultFileError
 from gridbench.files import atomic_write_bytes, atomic_write_text
 from gridbench.harness.benchy import (
@@ -46,7 +48,6 @@ from gridbench.harness.benchy import (
     BenchyResult,
     entries_at,
 )
-from gridbench.plan import DepthCellPlan, DepthPlan
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -305,9 +306,9 @@ def rows_from_results(
     for skipped in plan.skipped:
         rows.append(
             DepthRow(
-                ConfigIdentity.from_config(plan.configs[skipped.config]),
+                ConfigIdentity.from_config(plan.configs[skipped.cell.config]),
                 Status("skipped", skipped.reason),
-                Measures(skipped.depth),
+                Measures(skipped.cell.depth),
             )
         )
     return rows
@@ -445,18 +446,14 @@ def write_frame(frame: pd.DataFrame, *, csv: Path, parquet: Path) -> None:
     tmp.replace(parquet)
 
 
-_CELL_FILE = re.compile(
-    r"^results/(raw/[^/]+/depth_\d+(\.pc)?|natural/[^/]+/[^/]+_c\d+)(\.provenance)?\.json$"
-)
-
-
 def foreign_files(root: Path = Path()) -> list[str]:
-    """Files under results/raw and results/natural that no cell could have written."""
+    """Files under the results' folders that no cell could have written."""
     found = []
-    for sub in ("results/raw", "results/natural"):
+    cell_file = cell_file_pattern()
+    for sub in result_folders():
         for path in sorted((root / sub).rglob("*")):
             relative = path.relative_to(root).as_posix()
-            if path.is_file() and not _CELL_FILE.match(relative):
+            if path.is_file() and not cell_file.fullmatch(relative):
                 found.append(relative)
     return found
 

@@ -28,8 +28,9 @@ from gridbench.aggregate.records import (
     row_columns,
     typed_document,
 )
+from gridbench.cells.kinds.natural import NaturalCellPlan
+from gridbench.cells.plan import NaturalPlan
 from gridbench.errors import ResultFileError
-from gridbench.plan import NaturalCellPlan, NaturalPlan
 
 SCHEMA = "gridbench.natural.v1"
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "req_tok_s")

@@ -18,13 +18,14 @@ from gridbench.cell_records import (
     EngineRecord,
     FailureRecord,
 )
+from gridbench.cells.kinds.benchy import DepthCellPlan
+from gridbench.cells.kinds.natural import NaturalCellPlan
 from gridbench.engines.runtime import ImageInfo
 from gridbench.files import atomic_write_json
 from gridbench.grid import ServingConfig
 from gridbench.harness.benchy import UNMEASURED, BenchyEntry, BenchyResult, Metric
 from gridbench.harness.natural import LevelPlan, LevelResult
 from gridbench.harness.stats import Distribution, LevelSummary, RequestRecord
-from gridbench.plan import DepthCellPlan, NaturalCellPlan
 from gridbench.provenance import GpuInfo, HostInfo, Versions, redact_config
 from gridbench.spec_metrics import Acceptance, SpecCounters, acceptance
 
@@ -156,7 +157,7 @@ def provenance_record(
     finished_at: str = "2026-07-09T12:01:00.000+00:00",
     bench_wall_s: float = 55.0,
 ) -> CellProvenance:
-    """The provenance gridbench.cell.run_cell records, for a cell on slot 0 of ``host``
+    """The provenance gridbench.cells.run.run_cell records, for a cell on slot 0 of ``host``
     (``host_info()`` by default); a natural cell's (another load generator) has no bench."""
     argv = (*cfg.engine.command, "--model", cfg.checkpoint.model, *cfg.serve_args)
     engine = EngineRecord(
@@ -284,7 +285,7 @@ def natural_raw(
 def failure_record(
     cell: DepthCellPlan | NaturalCellPlan, what: str, reason: str, *, prefix_cache: bool = False
 ) -> FailureRecord:
-    """The failure record gridbench.cell writes under results/failures/ when the engine died."""
+    """The failure record gridbench.cells.run writes under results/failures/ when the engine died."""
     depth = cell if isinstance(cell, DepthCellPlan) else None
     natural = cell if isinstance(cell, NaturalCellPlan) else None
     return FailureRecord(

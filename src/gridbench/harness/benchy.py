@@ -21,7 +21,7 @@ from typing import IO
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
-from gridbench import codec, layout
+from gridbench import codec
 from gridbench.engines.kinds import engine_kind
 from gridbench.errors import BenchmarkError, ConfigError, ResultFileError
 from gridbench.files import atomic_write_bytes
@@ -30,6 +30,8 @@ from gridbench.grid import BenchySettings, ServingConfig
 log = logging.getLogger(__name__)
 
 BENCHY_HOME = Path(".gridbench/benchy-home")
+# its --emit-progress file in the cell's scratch folder, read live by `gridbench progress`
+PROGRESS_FILE = "benchy.progress.jsonl"
 # Never fetched: llama-benchy reads its cache, keyed by md5 of this URL, before any download.
 # a sitecustomize that gives llama-benchy one connection per request (see its docstring)
 ONE_CONNECTION_PER_REQUEST_SITE = Path(__file__).with_name("benchy_site")
@@ -99,7 +101,7 @@ def build_run(
             hint=f"set checkpoints.{cfg.checkpoint.name}.tokenizer to a tokenizer.json",
         )
     result = workdir / "benchy.json"
-    progress = workdir / layout.BENCHY_PROGRESS
+    progress = workdir / PROGRESS_FILE
     argv = [
         benchy_executable(),
         "--base-url",

@@ -8,37 +8,29 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
-import json
 import logging
 import shutil
 import signal
 import tempfile
 import time
 import traceback
-from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
 from gridbench import codec, layout, provenance
 from gridbench.assets.manifest import manifest_entries
-from gridbench.cell_records import CellCoordinates, CellProvenance, EngineRecord, FailureRecord, Measured
+from gridbench.cell_records import CellProvenance, EngineRecord, FailureRecord
+from gridbench.cells.kinds import Cell
 from gridbench.engines.events import now_iso
 from gridbench.engines.manager import EngineLease, SlotManager
 from gridbench.errors import (
     BenchmarkError,
-    ConfigError,
     DiskFullError,
     EngineDiedError,
     EngineError,
     GridbenchError,
 )
-from gridbench.files import atomic_write_bytes, atomic_write_json, atomic_write_text
-from gridbench.grid import BenchySettings, Grid, ServingConfig
-from gridbench.harness.prompts import NaturalSettings, resolve_prompts
-from gridbench.measure import measure_benchy, measure_natural
+from gridbench.files import atomic_write_bytes, atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -46,199 +38,6 @@ FAILURE_DIR = Path("results/failures")
 TMP_DIR = Path(layout.SCRATCH)
 # below this, a failed cell is blamed on the disk: a load generator's result is larger
 _NEARLY_FULL_BYTES = 1 << 20
-CONTEXT_DIR = Path(".gridbench/contexts")
-
-
-@dataclass(frozen=True)
-class Cell(ABC):
-    """One cell of a sweep, as its process runs it: its config (from the context file the
-    config's cells share), the engine slots it may use, and its own coordinates."""
-
-    config: ServingConfig  # as the context file holds it
-    slots: list[str]
-
-    kind: ClassVar[str]
-
-    @property
-    def serving_config(self) -> ServingConfig:
-        """The config as the cell's engine serves it."""
-        return self.config
-
-    @property
-    def name(self) -> str:
-        return self.config.name
-
-    @property
-    @abstractmethod
-    def cell_id(self) -> str: ...
-
-    @property
-    @abstractmethod
-    def what(self) -> str:
-        """How messages name the cell."""
-
-    @abstractmethod
-    def files(self) -> layout.CellFiles: ...
-
-    def failure_path(self) -> Path:
-        return Path(self.files().failure)
-
-    def log_path(self) -> Path:
-        return Path(self.files().log)
-
-    @abstractmethod
-    def coordinates(self) -> CellCoordinates: ...
-
-    @abstractmethod
-    def measure(self, engine: EngineLease, scratch: Path) -> Measured: ...
-
-
-@dataclass(frozen=True)
-class DepthCell(Cell):
-    """llama-benchy at one context depth; with ``prefix_cache``, its prefix-cache pass."""
-
-    depth: int
-    benchy: BenchySettings
-    prefix_cache: bool = False
-
-    kind: ClassVar[str] = "benchy"
-
-    @property
-    def serving_config(self) -> ServingConfig:
-        return self.config.with_prefix_cache() if self.prefix_cache else self.config
-
-    @property
-    def cell_id(self) -> str:
-        return (layout.CACHED_CELL_ID if self.prefix_cache else layout.BENCHY_CELL_ID).format(
-            depth=self.depth
-        )
-
-    @property
-    def what(self) -> str:
-        return f"cell {self.name} depth {self.depth}" + (" (cached context)" if self.prefix_cache else "")
-
-    def files(self) -> layout.CellFiles:
-        return layout.depth_cell_files(self.name, self.depth, prefix_cache=self.prefix_cache)
-
-    def coordinates(self) -> CellCoordinates:
-        return CellCoordinates(
-            depth=self.depth, prefix_cache=self.prefix_cache, prompt_class=None, concurrency=None
-        )
-
-    def measure(self, engine: EngineLease, scratch: Path) -> Measured:
-        return measure_benchy(self, engine, scratch)
-
-
-@dataclass(frozen=True)
-class NaturalCell(Cell):
-    """One prompt class at one concurrency, through gridbench's own harness."""
-
-    prompt_class: str
-    concurrency: int
-    natural: NaturalSettings
-    prompt: str  # the class's prompt string
-
-    kind: ClassVar[str] = "natural"
-
-    @property
-    def cell_id(self) -> str:
-        return layout.NATURAL_CELL_ID.format(prompt_class=self.prompt_class, concurrency=self.concurrency)
-
-    @property
-    def what(self) -> str:
-        return f"cell {self.name} {self.prompt_class} c={self.concurrency}"
-
-    def files(self) -> layout.CellFiles:
-        return layout.natural_cell_files(self.name, self.prompt_class, self.concurrency)
-
-    def coordinates(self) -> CellCoordinates:
-        return CellCoordinates(
-            depth=None, prefix_cache=False, prompt_class=self.prompt_class, concurrency=self.concurrency
-        )
-
-    def measure(self, engine: EngineLease, scratch: Path) -> Measured:
-        return measure_natural(self, engine, scratch)
-
-
-@dataclass(frozen=True)
-class DepthContext:
-    """A context file of one config's depth cells: what they share."""
-
-    config: ServingConfig
-    slots: list[str]
-    benchy: BenchySettings
-
-
-@dataclass(frozen=True)
-class NaturalPrompts:
-    """A natural context's section: the study's settings and the prompt of each class, so
-    an edited prompt file reruns its cells."""
-
-    settings: NaturalSettings = field(metadata=codec.INLINE)
-    prompts: dict[str, str]
-
-
-@dataclass(frozen=True)
-class NaturalContext:
-    """A context file of one config's natural cells: what they share."""
-
-    config: ServingConfig
-    slots: list[str]
-    natural: NaturalPrompts
-
-
-def load_depth_cell(context: Path, depth: int, *, prefix_cache: bool = False) -> DepthCell:
-    """The cell a ``gridbench bench`` process runs: its config's context file, its depth."""
-    shared = codec.from_json(DepthContext, json.loads(Path(context).read_text()))
-    return DepthCell(
-        config=shared.config, slots=shared.slots, depth=depth, benchy=shared.benchy, prefix_cache=prefix_cache
-    )
-
-
-def load_natural_cell(context: Path, prompt_class: str, concurrency: int) -> NaturalCell:
-    """The cell a ``gridbench natural`` process runs: the context holds every class's prompt."""
-    shared = codec.from_json(NaturalContext, json.loads(Path(context).read_text()))
-    return NaturalCell(
-        config=shared.config,
-        slots=shared.slots,
-        prompt_class=prompt_class,
-        concurrency=concurrency,
-        natural=shared.natural.settings,
-        prompt=shared.natural.prompts[prompt_class],
-    )
-
-
-def write_context(grid: Grid, config: str, slots: list[str], kind: str) -> Path:
-    """What one config's cells of one kind share, in a file named by its content: a cell's
-    params (the path) change exactly when what it measures changes. Natural contexts carry
-    the prompt strings themselves, so an edited prompt file reruns its cells."""
-    context: DepthContext | NaturalContext
-    if kind == "benchy":
-        context = DepthContext(config=grid.configs[config], slots=slots, benchy=grid.benchy)
-    elif grid.natural is None:
-        raise ConfigError(f"config {config}: the grid has no natural section, so no natural cells")
-    else:
-        prompts = NaturalPrompts(settings=grid.natural, prompts=resolve_prompts(grid.natural))
-        context = NaturalContext(config=grid.configs[config], slots=slots, natural=prompts)
-    text = json.dumps(codec.to_json(context), sort_keys=True, separators=(",", ":"))
-    path = CONTEXT_DIR / f"{config}-{kind}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
-    if not path.exists():
-        atomic_write_text(path, text)
-    return path
-
-
-def depth_cell(
-    grid: Grid, config: str, slots: list[str], depth: int, *, prefix_cache: bool = False
-) -> DepthCell:
-    """A depth cell as its process will read it, its context file written (tests, tools)."""
-    return load_depth_cell(write_context(grid, config, slots, "benchy"), depth, prefix_cache=prefix_cache)
-
-
-def natural_cell(
-    grid: Grid, config: str, slots: list[str], prompt_class: str, concurrency: int
-) -> NaturalCell:
-    """A natural cell as its process will read it, its context file written (tests, tools)."""
-    return load_natural_cell(write_context(grid, config, slots, "natural"), prompt_class, concurrency)
 
 
 class _Interrupted(BaseException):

@@ -1,0 +1,46 @@
+"""The cell kinds a sweep runs, one module each, registered here in each config's run order:
+its llama-benchy depths, its natural-prompt matrix, then its prefix-cache pass (whose engine
+has the prefix cache on, so it replaces the config's cold engine once, at the end).
+
+Adding a kind is one module with a ``CellKind`` subclass and its planned and running cell
+records, a line below, and one rule in workflow/rules/ whose outputs are its patterns.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gridbench.cells.kinds.base import Cell, CellKind, PlannedCell
+from gridbench.cells.kinds.benchy import BENCHY, CACHED
+from gridbench.cells.kinds.natural import NATURAL
+
+CELL_KINDS: dict[str, CellKind[PlannedCell]] = {kind.name: kind for kind in (BENCHY, NATURAL, CACHED)}
+
+
+def cell_kind(name: str) -> CellKind[PlannedCell]:
+    """The kind of that name; the rules and the plan name only registered kinds."""
+    return CELL_KINDS[name]
+
+
+def result_folders() -> list[str]:
+    """The folders the kinds' results and provenance records go under ("results/raw")."""
+    return sorted({kind.patterns.raw.partition("{")[0].rstrip("/") for kind in CELL_KINDS.values()})
+
+
+def cell_file_pattern() -> re.Pattern[str]:
+    """What the kinds' cells write as results and provenance records: a relative path that
+    does not match it is no cell's."""
+    patterns = [p for kind in CELL_KINDS.values() for p in (kind.patterns.raw, kind.patterns.provenance)]
+    # every {wildcard} stands for one path segment
+    return re.compile("|".join("[^/]+".join(map(re.escape, re.split(r"\{\w+\}", p))) for p in patterns))
+
+
+__all__ = [
+    "CELL_KINDS",
+    "Cell",
+    "CellKind",
+    "PlannedCell",
+    "cell_file_pattern",
+    "cell_kind",
+    "result_folders",
+]
