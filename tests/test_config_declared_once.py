@@ -21,7 +21,7 @@ import typing
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from gridbench.cli import build_parser
+from gridbench.cli import build_parser, main
 from gridbench.config_reference import (
     ELEMENT,
     ENTRY,
@@ -100,6 +100,12 @@ def test_the_committed_config_reference_is_the_one_the_schema_renders():
     assert committed == render_reference(config_reference(schema())), (
         f"{REFERENCE_PATH} differs from the schema: regenerate it with `{REGENERATE}`"
     )
+
+
+def test_the_command_writes_the_reference(tmp_path):
+    out = tmp_path / "config-reference.md"
+    assert main(["config-reference", "--out", str(out)]) == 0
+    assert out.read_text() == render_reference(config_reference(schema()))
 
 
 def test_every_schema_key_has_a_description():
@@ -247,7 +253,8 @@ def test_every_config_option_written_in_the_cli_docs_and_scripts_names_a_schema_
     ]
     assert helps, "no gridbench command takes --config any more"
     examples = [key for text in helps for key in re.findall(r"\b([a-z_][a-z0-9_]*)=", text)]
-    assert examples and set(examples) <= top_level
+    assert examples, "--config's help gives no key=value example"
+    assert set(examples) <= top_level, f"--config's help names {set(examples) - top_level}: not schema keys"
 
 
 def _subcommands() -> Iterator[typing.Any]:  # argparse's parsers, nested
