@@ -81,7 +81,8 @@ def render_reference(reference: Reference) -> str:
     ]
     for section in reference.sections:
         key = section.key
-        lines += ["", f"## {key.path}", "", key.description, "", f"{_facts(key)}."]
+        facts = f"Type: {key.type}; default: {_default(key)}."
+        lines += ["", f"## {key.path}", "", key.description, "", facts]
         if section.keys:
             lines += ["", "| key | type | default | description |", "|---|---|---|---|"]
             lines += [
@@ -91,8 +92,9 @@ def render_reference(reference: Reference) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _facts(key: ConfigKey) -> str:
-    return f"Type: {key.type}; default: {_default(key)}"
+def reference_keys(reference: Reference) -> Sequence[ConfigKey]:
+    """Every key of the reference, each section's own first."""
+    return [k for s in reference.sections for k in (s.key, *s.keys)]
 
 
 def _default(key: ConfigKey) -> str:
@@ -187,8 +189,3 @@ def _grouped(type_words: str) -> str:
 def _literal(value: object) -> str:
     """A value as YAML writes it in a config: strings bare, the rest as JSON."""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-def reference_keys(reference: Reference) -> Sequence[ConfigKey]:
-    """Every key of the reference, each section's own first."""
-    return [k for s in reference.sections for k in (s.key, *s.keys)]
