@@ -71,6 +71,8 @@ JSON_EDGES = {
     "loading.py": {"schema", "set_defaults", "load_grid", "read_config_file", "load_grid_files", "_merge"},
     # the chat request as sent: the config's free-form extra_body merged in
     "harness/natural.py": {"payload"},
+    # the schema document walked into the config reference's records (ConfigKey, Section)
+    "config_reference.py": {"config_reference", "_keys", "_resolved", "_merged", "_type", "_type_word"},
 }
 
 

@@ -72,6 +72,16 @@ def cmd_cells(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config_reference(args: argparse.Namespace) -> int:
+    from gridbench.config_reference import config_reference, render_reference
+    from gridbench.files import atomic_write_text
+    from gridbench.loading import schema
+
+    atomic_write_text(args.out, render_reference(config_reference(schema())))
+    print(f"wrote {args.out}")
+    return 0
+
+
 def cmd_engine_command(args: argparse.Namespace) -> int:
     from gridbench.engines.describe import describe_launch
 
@@ -502,6 +512,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between updates (default: 2 on a terminal, 30 in a plain log)",
     )
     p.set_defaults(func=cmd_progress)
+
+    p = sub.add_parser(
+        "config-reference", help="write the config reference (every key) rendered from the schema"
+    )
+    p.add_argument("--out", required=True, type=Path, help="docs/config-reference.md in the repository")
+    p.set_defaults(func=cmd_config_reference)
 
     engine = sub.add_parser("engine", help="inspect, check and stop engines")
     esub = engine.add_subparsers(dest="engine_command", required=True)

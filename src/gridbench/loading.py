@@ -91,7 +91,7 @@ def load_grid(config: JsonObject, source: str, files: Iterable[Path] = ()) -> Gr
         error = min(errors, key=lambda e: len(e.absolute_path))  # the outermost is the clearest
         raise ConfigError(
             f"{source}: key {_key_path(error)}: {_explain(error)}",
-            hint=f"fix {_key_path(error)} in {source} (see config/README.md for every key)",
+            hint=f"fix {_key_path(error)} in {source} (see docs/config-reference.md for every key)",
         )
     # the records of the document's sections; each table entry is named by its key
     named = {
