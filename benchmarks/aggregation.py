@@ -1,7 +1,7 @@
 """Aggregation of 2,000 cells: target <= 5 s (issue 4).
 
 Writes 2,000 synthetic depth cells (llama-benchy JSON + provenance record, shaped like
-real ones by gridbench.aggregate.synthetic), every config's prefix-cache cells (one per
+real ones by tests/synthetic.py), every config's prefix-cache cells (one per
 depth above 0: 1,900 more) and 2,000 natural-prompt cells into a
 temporary folder, then times building each dataset (read, check, rows, CSV + JSON +
 Parquet) against a reference measured in the same run: reading and json-parsing the same
@@ -15,14 +15,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from gridbench.aggregate import dataset, natural, synthetic
+# the synthetic cells the report tests also use (tests/synthetic.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import synthetic
+from gridbench.aggregate import dataset, natural
 from gridbench.aggregate.report import render_report
 from gridbench.cells.plan import NaturalPlan, depth_plan, natural_plan
-from gridbench.loading import load_grid
+from gridbench.config.loading import load_grid
 
 TARGET_S = 5.0
 DEPTHS = 20

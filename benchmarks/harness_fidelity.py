@@ -41,9 +41,9 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gridbench import codec
 from gridbench.harness import natural
 from gridbench.harness.stats import nearest_rank
+from gridbench.util import codec
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

@@ -17,15 +17,16 @@ from pathlib import Path
 
 import yaml
 
+import synthetic
 from conftest import REPO
-from gridbench import codec
-from gridbench.aggregate import dataset, natural, synthetic
+from gridbench.aggregate import dataset, natural
 from gridbench.aggregate.records import CellFailure, MeasuredCell, ProvenanceRecord, RecordedProvenance
 from gridbench.cells.plan import depth_plan, natural_plan
-from gridbench.files import atomic_write_json
-from gridbench.grid import ServingConfig
+from gridbench.config.grid import ServingConfig
+from gridbench.config.loading import load_grid, load_grid_files
 from gridbench.harness.benchy import BenchyResult
-from gridbench.loading import load_grid, load_grid_files
+from gridbench.util import codec
+from gridbench.util.files import atomic_write_json
 
 FIXTURES = Path(__file__).parent / "fixtures/report"
 SEED002_VERSIONS = {

@@ -7,6 +7,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+from gridbench.cells.provenance import SlotGpu, gpus_of_slots
 from gridbench.engines.allocation import (
     SWEEP_VARIABLE,
     allocated_gpus,
@@ -19,7 +20,6 @@ from gridbench.engines.allocation import (
     sweep_owner,
     sweep_process,
 )
-from gridbench.provenance import SlotGpu, gpus_of_slots
 
 
 def test_outside_a_cluster_job_nothing_is_allocated_and_the_workdir_owns_engines(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 from gridbench.aggregate import analysis
 from gridbench.aggregate.analysis import LOSS, TIE, WIN, Measure
-from gridbench.grid import StudyInfo
+from gridbench.config.grid import StudyInfo
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gridbench import codec
-from gridbench.aggregate import synthetic
+import synthetic
+from gridbench.config.grid import BenchySettings
 from gridbench.errors import BenchmarkError
-from gridbench.grid import BenchySettings
 from gridbench.harness.benchy import (
     BenchyResult,
     BenchyRun,
@@ -22,6 +21,7 @@ from gridbench.harness.benchy import (
     read_progress,
     run,
 )
+from gridbench.util import codec
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

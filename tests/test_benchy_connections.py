@@ -15,10 +15,10 @@ import time
 import pytest
 
 from conftest import REPO, free_port, load_yaml
+from gridbench.config.loading import load_grid
 from gridbench.engines.kinds import KINDS
 from gridbench.engines.manager import SlotManager
 from gridbench.harness import benchy
-from gridbench.loading import load_grid
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,9 @@ from gridbench import layout
 from gridbench.cells.kinds import CELL_KINDS, cell_file_pattern, result_folders
 from gridbench.cells.kinds.base import Cell, CellKind, CellPatterns, KindPlan, PlannedCell, RequestProgress
 from gridbench.cells.plan import run_order, sweep_plan
-from gridbench.grid import Grid, ServingConfig
-from gridbench.loading import load_grid
-from gridbench.progress import WorkdirReader, planned_cells
+from gridbench.cells.progress import WorkdirReader, planned_cells
+from gridbench.config.grid import Grid, ServingConfig
+from gridbench.config.loading import load_grid
 
 
 def mechanism_grid(**overrides: object) -> Grid:

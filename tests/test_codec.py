@@ -1,4 +1,4 @@
-"""gridbench.codec writes a record as its fields, in order, and reads it back whole; its two
+"""gridbench.util.codec writes a record as its fields, in order, and reads it back whole; its two
 markers leave out a key at its default and put a nested record's keys among its parent's."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gridbench import codec
+from gridbench.util import codec
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ import dataclasses
 import shlex
 
 from conftest import REPO, gridbench
+from gridbench.config.loading import load_grid_files
 from gridbench.engines.commands import launch_plan
 from gridbench.engines.describe import docker_run_argv
-from gridbench.loading import load_grid_files
 from test_grid import seed_grid
 
 
@@ -245,8 +245,8 @@ def test_llamacpp_prefix_caching_off_also_turns_off_the_host_prompt_cache():
 
 def test_the_schema_allows_exactly_the_registered_engine_kinds():
     """A kind is one module registered in gridbench.engines.kinds and its name in the schema."""
+    from gridbench.config.loading import schema
     from gridbench.engines.kinds import KINDS
-    from gridbench.loading import schema
 
     allowed = schema()["properties"]["engines"]["additionalProperties"]["properties"]["kind"]["enum"]
     assert sorted(allowed) == sorted(KINDS)

@@ -22,16 +22,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from gridbench.cli import build_parser, main
-from gridbench.config_reference import (
-    ELEMENT,
-    ENTRY,
-    REFERENCE_PATH,
-    REGENERATE,
-    config_reference,
-    reference_keys,
-    render_reference,
-)
-from gridbench.grid import (
+from gridbench.config.grid import (
     CapacityTargets,
     Checkpoint,
     Engine,
@@ -43,9 +34,17 @@ from gridbench.grid import (
     Volume,
     WeightsOrigin,
 )
-from gridbench.harness.prompts import NaturalSettings
-from gridbench.loading import schema
-from gridbench.resolve import (
+from gridbench.config.loading import schema
+from gridbench.config.reference import (
+    ELEMENT,
+    ENTRY,
+    REFERENCE_PATH,
+    REGENERATE,
+    config_reference,
+    reference_keys,
+    render_reference,
+)
+from gridbench.config.resolve import (
     FILTER_KEYS,
     BenchOverrides,
     BenchySection,
@@ -53,6 +52,7 @@ from gridbench.resolve import (
     ConfigSections,
     ServingOverrides,
 )
+from gridbench.harness.prompts import NaturalSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,11 +12,12 @@ import pytest
 
 import report_fixtures as rf
 from conftest import gridbench
-from gridbench import codec, layout
+from gridbench import layout
 from gridbench.aggregate import dataset, natural
 from gridbench.cells.kinds.natural import NaturalCellPlan
 from gridbench.cells.plan import natural_plan
 from gridbench.layout import CellFiles
+from gridbench.util import codec
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pytest
 
-from gridbench import codec
 from gridbench.assets.dflash_model import (
     DRAFT_LAYERS_TINY,
     QWEN3_3B,
@@ -24,6 +23,7 @@ from gridbench.assets.gguf_model import vocab
 from gridbench.assets.hf_model import MODEL_FILES
 from gridbench.assets.safetensors_stream import read_safetensors
 from gridbench.cli import main
+from gridbench.util import codec
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ import urllib.request
 import pytest
 
 from conftest import REPO, free_port, load_yaml
+from gridbench.config.grid import Grid
+from gridbench.config.loading import load_grid
 from gridbench.engines.manager import SlotManager
 from gridbench.errors import EngineStartError, EngineTimeoutError, ImageNotFoundError, PortInUseError
-from gridbench.grid import Grid
-from gridbench.loading import load_grid
 
 pytestmark = pytest.mark.integration
 CPU_IMAGE = "local/gridbench-llamacpp-cpu:latest"

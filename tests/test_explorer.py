@@ -18,10 +18,11 @@ import pytest
 import report_fixtures as rf
 from browser import CHROMIUM, Chromium
 from conftest import REPO
-from gridbench import codec, layout
+from gridbench import layout
 from gridbench.aggregate import explorer
 from gridbench.aggregate.weights_origin import MECHANISM_CHECK, RANDOM_WEIGHTS_SHOW, config_origins
-from gridbench.loading import load_grid_files, load_grid_json
+from gridbench.config.loading import load_grid_files, load_grid_json
+from gridbench.util import codec
 
 SCREENSHOTS = REPO / "logs/browser"
 H200_VLLM = REPO / "studies/h200-vllm"

@@ -13,11 +13,11 @@ import pytest
 
 from conftest import REPO, free_port, gridbench
 from gridbench.cells.context import write_context
+from gridbench.config.grid import Grid
+from gridbench.config.loading import load_grid
 from gridbench.engines.manager import SlotManager
 from gridbench.errors import SlotBusyError
-from gridbench.files import atomic_write_json
-from gridbench.grid import Grid
-from gridbench.loading import load_grid
+from gridbench.util.files import atomic_write_json
 
 pytestmark = pytest.mark.integration
 FAULT_ENGINE = [sys.executable, str(REPO / "tests/fault_engine.py")]

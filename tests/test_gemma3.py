@@ -18,13 +18,13 @@ import pytest
 from tokenizers import Tokenizer
 
 from conftest import REPO, free_port, load_yaml
-from gridbench import codec
 from gridbench.assets.gguf_to_hf import gemma3_hf_name
 from gridbench.assets.manifest import MANIFEST, Manifest, sha256_of
 from gridbench.assets.real_models import REAL_MODELS, write_real_hf, write_real_model
 from gridbench.assets.safetensors_stream import read_safetensors, to_bfloat16
+from gridbench.config.loading import load_grid
 from gridbench.engines.manager import SlotManager
-from gridbench.loading import load_grid
+from gridbench.util import codec
 from real_servers import llama_cpp, post, serving
 from test_gguf_to_hf import TEXTS
 

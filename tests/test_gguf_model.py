@@ -13,8 +13,8 @@ import pytest
 from conftest import REPO, free_port, load_yaml
 from gridbench.assets import gguf_model
 from gridbench.assets.gguf_model import ModelShape, active_weight_bytes, vocab, write_random_llama_gguf
+from gridbench.config.loading import load_grid
 from gridbench.engines.manager import SlotManager
-from gridbench.loading import load_grid
 
 GQA = ModelShape(n_embd=256, n_layer=3, n_ff=512, head_dim=64, n_head_kv=2)
 

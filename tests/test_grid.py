@@ -6,9 +6,9 @@ import pytest
 
 from conftest import REPO, load_yaml
 from gridbench.aggregate.records import ConfigIdentity
+from gridbench.config.grid import Grid
+from gridbench.config.loading import load_grid, load_grid_files
 from gridbench.errors import ConfigError
-from gridbench.grid import Grid
-from gridbench.loading import load_grid, load_grid_files
 
 SEED_CONFIGS = [
     "Q_bf16_stock_n0",

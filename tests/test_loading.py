@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from conftest import REPO, load_yaml
-from gridbench import grid, loading, resolve
+from gridbench.config import grid, loading, resolve
+from gridbench.config.loading import load_grid, schema
 from gridbench.errors import ConfigError
 from gridbench.harness.prompts import NaturalSettings
-from gridbench.loading import load_grid, schema
 
 
 def bad(mutate) -> str:

@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, free_port, load_yaml
-from gridbench import codec
 from gridbench.cells.context import cell_from_grid
 from gridbench.cells.run import run_cell
+from gridbench.config.grid import Grid
+from gridbench.config.loading import load_grid
 from gridbench.engines import probe
 from gridbench.engines.manager import SlotManager
-from gridbench.grid import Grid
+from gridbench.engines.spec_metrics import parse_spec_counters
 from gridbench.harness import natural
 from gridbench.harness.stats import RequestRecord, summarize
-from gridbench.loading import load_grid
-from gridbench.spec_metrics import parse_spec_counters
+from gridbench.util import codec
 
 pytestmark = pytest.mark.integration
 FAULT_SERVER = Path(__file__).with_name("fault_server.py")

@@ -13,12 +13,12 @@ import sys
 import pytest
 
 from conftest import REPO, load_yaml
-from gridbench import codec
 from gridbench.cells.context import write_context
+from gridbench.config.loading import load_grid
 from gridbench.harness import natural
 from gridbench.harness.prompts import NaturalSettings
 from gridbench.harness.stats import OK, nearest_rank
-from gridbench.loading import load_grid
+from gridbench.util import codec
 
 CONCURRENCY, REQUESTS, TOKENS, TTFT_MS, GAP_MS = 32, 96, 64, 50, 5
 WARMUP = 3  # measured requests are numbered after the warm-ups

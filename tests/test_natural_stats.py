@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from gridbench import codec
 from gridbench.harness.stats import (
     ERRORED,
     INCOMPLETE,
@@ -17,6 +16,7 @@ from gridbench.harness.stats import (
     request_record,
     summarize,
 )
+from gridbench.util import codec
 
 MS = 1_000_000  # ns
 

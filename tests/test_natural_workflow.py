@@ -13,8 +13,8 @@ import pytest
 
 from conftest import REPO, load_yaml, write_config
 from gridbench.cells.plan import depth_plan, natural_plan
+from gridbench.config.loading import load_grid
 from gridbench.errors import ConfigError
-from gridbench.loading import load_grid
 from test_workflow import events, snakemake
 
 STUDY = REPO / "config/studies/qwen36-35b-a3b-dflash.yaml"
@@ -70,8 +70,8 @@ def test_seed_000_study_dry_runs_as_48_natural_cells(tmp_path):
 
 
 def test_seed_000_study_is_the_seed_setup():
+    from gridbench.config.loading import load_grid_files
     from gridbench.engines.describe import describe_launch
-    from gridbench.loading import load_grid_files
 
     grid = load_grid_files([STUDY])
     assert grid.depths == ()

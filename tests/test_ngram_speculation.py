@@ -9,10 +9,10 @@ import urllib.request
 import pytest
 
 from conftest import REPO, free_port, load_yaml
+from gridbench.config.loading import load_grid
 from gridbench.engines import probe
 from gridbench.engines.manager import SlotManager
-from gridbench.loading import load_grid
-from gridbench.spec_metrics import acceptance, parse_spec_counters
+from gridbench.engines.spec_metrics import acceptance, parse_spec_counters
 
 pytestmark = pytest.mark.integration
 

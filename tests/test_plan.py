@@ -6,8 +6,8 @@ from __future__ import annotations
 from conftest import REPO, load_yaml
 from gridbench.cells.kinds import CELL_KINDS
 from gridbench.cells.plan import depth_plan, natural_plan
-from gridbench.grid import Grid
-from gridbench.loading import load_grid, load_grid_files
+from gridbench.config.grid import Grid
+from gridbench.config.loading import load_grid, load_grid_files
 
 
 def seed_grid(**overrides) -> Grid:

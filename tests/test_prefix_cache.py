@@ -11,15 +11,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import synthetic
 from conftest import REPO, load_yaml
-from gridbench import codec
-from gridbench.aggregate import dataset, plots, synthetic
+from gridbench.aggregate import dataset, plots
 from gridbench.aggregate.report import render_report
 from gridbench.cells.kinds.benchy import CachedCellPlan
 from gridbench.cells.plan import depth_plan
-from gridbench.grid import Grid
+from gridbench.config.grid import Grid
+from gridbench.config.loading import load_grid
 from gridbench.layout import CellFiles
-from gridbench.loading import load_grid
+from gridbench.util import codec
 from report_fixtures import read_back
 
 COLD_TTFT_MS = {0: 40.0, 256: 80.0, 512: 120.0, 1024: 200.0}

@@ -7,11 +7,11 @@ import json
 import pytest
 
 from conftest import REPO
-from gridbench import codec
+from gridbench.config.loading import load_grid, load_grid_files
 from gridbench.engines.kinds import engine_kind
 from gridbench.engines.preflight import check_engine
 from gridbench.errors import EngineStartError
-from gridbench.loading import load_grid, load_grid_files
+from gridbench.util import codec
 
 
 @pytest.fixture

@@ -15,16 +15,12 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, load_yaml, write_config
-from gridbench import layout, progress
+from gridbench import layout
+from gridbench.cells import progress
 from gridbench.cells.kinds import PlannedCell
 from gridbench.cells.kinds.benchy import BENCHY
 from gridbench.cells.kinds.natural import NATURAL
-from gridbench.errors import ConfigError
-from gridbench.grid import Grid
-from gridbench.harness.natural import progress_file
-from gridbench.harness.stats import RequestTrace
-from gridbench.loading import load_grid
-from gridbench.progress import (
+from gridbench.cells.progress import (
     EngineEvent,
     Follower,
     WorkdirReader,
@@ -32,6 +28,11 @@ from gridbench.progress import (
     planned_cells,
     progress_line,
 )
+from gridbench.config.grid import Grid
+from gridbench.config.loading import load_grid
+from gridbench.errors import ConfigError
+from gridbench.harness.natural import progress_file
+from gridbench.harness.stats import RequestTrace
 
 FIXTURES = Path(__file__).with_name("fixtures")
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)

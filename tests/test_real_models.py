@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 
 from conftest import REPO, free_port, load_yaml
-from gridbench import codec
 from gridbench.assets import real_models
 from gridbench.assets.manifest import MANIFEST, Manifest, manifest_entries, sha256_of
 from gridbench.assets.real_models import REAL_MODELS, shipped_file, write_real_model
+from gridbench.config.loading import load_grid
 from gridbench.engines.manager import SlotManager
+from gridbench.engines.spec_metrics import parse_spec_counters
 from gridbench.errors import GridbenchError
-from gridbench.loading import load_grid
-from gridbench.spec_metrics import parse_spec_counters
+from gridbench.util import codec
 
 SMOLLM2 = REAL_MODELS["smollm2-135m-instruct"]
 PROMPTS = load_yaml(REPO / "src/gridbench/data/prompts.yaml")  # seed 000's four, verbatim

@@ -14,7 +14,7 @@ import report_fixtures as rf
 from gridbench import layout
 from gridbench.aggregate.checks import Check, run_checks
 from gridbench.aggregate.report import render_report
-from gridbench.grid import WeightsOrigin
+from gridbench.config.grid import WeightsOrigin
 
 GRAPHS = [f"../graphs/{name}.png" for name in layout.DEPTH_GRAPHS]
 NATURAL_GRAPHS = GRAPHS + [f"../graphs/{name}.png" for name in layout.NATURAL_GRAPHS]

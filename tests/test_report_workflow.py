@@ -11,15 +11,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import synthetic
 from browser import CHROMIUM, Chromium
 from conftest import REPO, write_config
-from gridbench import codec, layout
-from gridbench.aggregate import synthetic
+from gridbench import layout
 from gridbench.cells.context import cell_from_grid
 from gridbench.cells.plan import depth_plan, natural_plan
 from gridbench.cells.run import _write_failure
+from gridbench.config.loading import load_grid_files
 from gridbench.errors import BenchmarkError
-from gridbench.loading import load_grid_files
+from gridbench.util import codec
 from test_workflow import jobs_of_last_run, snakemake
 
 pytestmark = pytest.mark.workflow

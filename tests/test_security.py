@@ -12,9 +12,9 @@ import psutil
 import pytest
 
 from conftest import REPO, load_yaml, write_config
+from gridbench.config.loading import load_grid
 from gridbench.engines.manager import SlotManager
 from gridbench.errors import ConfigError
-from gridbench.loading import load_grid
 from test_workflow import in_runtime, snakemake
 
 pytestmark = pytest.mark.integration

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gridbench import codec
 from gridbench.engines.policy import SlotView, choose_slots
 from gridbench.engines.runtime import ContainerHandle, ProcessHandle, RuntimeHandle
 from gridbench.engines.slots import OwnedEngine, SlotHolder, SlotState, SlotStore
 from gridbench.engines.watchdog import WatchdogSpec
+from gridbench.util import codec
 
 IDENTITY = {"pid": 4242, "start_time": 123456, "host": "node1", "boot_id": "b00t"}
 

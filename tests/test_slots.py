@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, free_port, load_yaml
+from gridbench.config.grid import Grid
+from gridbench.config.loading import load_grid
 from gridbench.engines.manager import SlotManager
 from gridbench.errors import SlotBusyError
-from gridbench.grid import Grid
-from gridbench.loading import load_grid
 
 pytestmark = pytest.mark.integration
 

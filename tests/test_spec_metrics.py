@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gridbench.spec_metrics import acceptance, parse_spec_counters
+from gridbench.engines.spec_metrics import acceptance, parse_spec_counters
 
 VLLM_TWO_ENGINES = """\
 # HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.

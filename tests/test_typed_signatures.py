@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src/gridbench"
 FREE_FORM = {"dict", "Mapping", "MutableMapping"}
 UNTYPED_VALUES = {"Any", "object"}
 # the one place the free-form JSON object is spelled
-ALIAS = ("files.py", "JsonObject")
+ALIAS = ("util/files.py", "JsonObject")
 
 
 def untyped_dicts(source: str) -> list[tuple[int, str]]:
@@ -63,16 +63,16 @@ def test_no_free_form_dict_outside_the_json_object_alias():
 # say its shape yet (or any more); every other function takes and returns records.
 JSON_EDGES = {
     # the one converter between records and their documents, and its hooks
-    "codec.py": {"to_json", "from_json", "_unstructure_fn", "unstructure", "_structure_fn", "structure"},
+    "util/codec.py": {"to_json", "from_json", "_unstructure_fn", "unstructure", "_structure_fn", "structure"},
     # a JSON file of any shape, for a reader that only asks whether it is there and whole
-    "files.py": {"read_json"},
+    "util/files.py": {"read_json"},
     # the config as YAML and Snakemake give it, before the schema has checked it, and the
     # schema document that checks it (set_defaults: jsonschema's callback on its properties)
-    "loading.py": {"schema", "set_defaults", "load_grid", "read_config_file", "load_grid_files", "_merge"},
+    "config/loading.py": {"schema", "set_defaults", "load_grid", "read_config_file", "load_grid_files", "_merge"},
     # the chat request as sent: the config's free-form extra_body merged in
     "harness/natural.py": {"payload"},
     # the schema document walked into the config reference's records (ConfigKey, Section)
-    "config_reference.py": {"config_reference", "_keys", "_resolved", "_merged", "_type", "_type_word"},
+    "config/reference.py": {"config_reference", "_keys", "_resolved", "_merged", "_type", "_type_word"},
 }
 
 
@@ -96,7 +96,7 @@ def test_json_documents_pass_only_through_the_edges_that_read_and_write_them():
         for path in sorted(PACKAGE.rglob("*.py"))
         if (names := json_signatures(path.read_text()))
     }
-    assert found == JSON_EDGES, "take or return a record (gridbench.codec reads and writes it)"
+    assert found == JSON_EDGES, "take or return a record (gridbench.util.codec reads and writes it)"
 
 
 def _line(path: Path, line: int) -> str:

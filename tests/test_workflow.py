@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from conftest import REPO, free_port, sweep_logs, write_config
-from gridbench import codec
 from gridbench.cells.kinds import CELL_KINDS
 from gridbench.engines.runtime import ProcessRuntime, RuntimeHandle
+from gridbench.util import codec
 
 pytestmark = pytest.mark.workflow
 

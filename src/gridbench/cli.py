@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # for annotations only: a cell's start-up should not import t
     import pandas as pd
 
     from gridbench.assets.gguf_model import ModelShape
-    from gridbench.grid import Grid
+    from gridbench.config.grid import Grid
 
 
 def _add_configfile(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +43,7 @@ def _add_configfile(parser: argparse.ArgumentParser) -> None:
 def _load_grid(args: argparse.Namespace) -> Grid:
     import yaml
 
-    from gridbench.loading import load_grid_files
+    from gridbench.config.loading import load_grid_files
 
     overrides = {}
     for item in args.config:
@@ -73,9 +73,9 @@ def cmd_cells(args: argparse.Namespace) -> int:
 
 
 def cmd_config_reference(args: argparse.Namespace) -> int:
-    from gridbench.config_reference import config_reference, render_reference
-    from gridbench.files import atomic_write_text
-    from gridbench.loading import schema
+    from gridbench.config.loading import schema
+    from gridbench.config.reference import config_reference, render_reference
+    from gridbench.util.files import atomic_write_text
 
     atomic_write_text(args.out, render_reference(config_reference(schema())))
     print(f"wrote {args.out}")
@@ -93,9 +93,9 @@ def cmd_engine_command(args: argparse.Namespace) -> int:
 
 
 def cmd_engine_check(args: argparse.Namespace) -> int:
-    from gridbench import codec
     from gridbench.engines.preflight import check_engine
-    from gridbench.files import atomic_write_json
+    from gridbench.util import codec
+    from gridbench.util.files import atomic_write_json
 
     grid = _grid_from_json(args.grid)
     check = check_engine(grid, args.engine)
@@ -151,7 +151,7 @@ def cmd_natural(args: argparse.Namespace) -> int:
 def cmd_progress(args: argparse.Namespace) -> int:
     import time
 
-    from gridbench.progress import WorkdirReader, planned_cells, progress_line, progress_panel
+    from gridbench.cells.progress import WorkdirReader, planned_cells, progress_line, progress_panel
 
     reader = WorkdirReader(planned_cells(_load_grid(args)))
     if not args.follow:
@@ -181,7 +181,7 @@ def cmd_progress(args: argparse.Namespace) -> int:
 
 
 def _grid_from_json(path: Path) -> Grid:
-    from gridbench.loading import load_grid_json
+    from gridbench.config.loading import load_grid_json
 
     return load_grid_json(Path(path))
 
@@ -251,7 +251,7 @@ def _write_report(
     grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None, graphs: Sequence[Path], out: Path
 ) -> None:
     from gridbench.aggregate.report import is_partial, render_report
-    from gridbench.files import atomic_write_text
+    from gridbench.util.files import atomic_write_text
 
     links = [Path(os.path.relpath(g, out.parent)).as_posix() for g in graphs]
     atomic_write_text(out, render_report(grid, dataset, natural, links))
@@ -270,7 +270,7 @@ def _write_explorer(
 ) -> None:
     from gridbench.aggregate.explorer import write_explorer
     from gridbench.aggregate.weights_origin import config_origins
-    from gridbench.grid import StudyInfo
+    from gridbench.config.grid import StudyInfo
 
     # a study copied back without its grid file still gets an explorer: baselines are then
     # inferred, and no config declares its weights' origin
@@ -305,7 +305,7 @@ def _study_dataset(folder: Path) -> Path:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from gridbench.aggregate.compare import compare_studies, render_comparison, write_ratio_graphs
-    from gridbench.files import atomic_write_text
+    from gridbench.util.files import atomic_write_text
 
     before_name = args.before_name or args.before.resolve().name
     after_name = args.after_name or args.after.resolve().name
@@ -723,7 +723,7 @@ def main(argv: list[str] | None = None) -> int:
         code: int = args.func(args)
         return code
     except GridbenchError as err:
-        from gridbench.provenance import scrub
+        from gridbench.cells.provenance import scrub
 
         print(f"gridbench: error: {scrub(str(err))}", file=sys.stderr)
         return err.exit_code

@@ -20,10 +20,10 @@ from gridbench.engines.allocation import (
 )
 from gridbench.engines.manager import detect_gpus
 from gridbench.errors import GridbenchError
-from gridbench.files import atomic_write_text
-from gridbench.loading import load_grid
+from gridbench.util.files import atomic_write_text
+from gridbench.config.loading import load_grid
 from gridbench.cells.plan import run_order, sweep_plan
-from gridbench.progress import sweep_follower
+from gridbench.cells.progress import sweep_follower
 
 # This Snakemake (or the one that started it on this host) owns the engines its cells start:
 # a watchdog stops each engine once this process is gone, also after a kill -9.
@@ -299,7 +299,7 @@ _PROGRESS = []
 
 
 def start_progress():
-    """Say where the sweep stands while it runs (see gridbench.progress.Follower)."""
+    """Say where the sweep stands while it runs (see gridbench.cells.progress.Follower)."""
     follower = sweep_follower(GRID, logger.info)
     if follower:
         follower.start()

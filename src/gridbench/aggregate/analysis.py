@@ -29,7 +29,7 @@ from gridbench.aggregate.records import (
     optional_int,
     optional_str,
 )
-from gridbench.grid import StudyInfo
+from gridbench.config.grid import StudyInfo
 
 WIN, LOSS, TIE = "win", "loss", "tie"
 SUMMARY_DECODE_DEPTHS = (0, 4096, 16384, 32768)

@@ -14,7 +14,7 @@ import pandas as pd
 
 from gridbench.aggregate import analysis
 from gridbench.aggregate.text import and_list, num, pct, ratio_text
-from gridbench.grid import StudyInfo
+from gridbench.config.grid import StudyInfo
 
 # TTFT p50 comes from a few requests per level: a drop under a quarter is queueing noise,
 # not a server that got faster under load

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from gridbench import codec
 from gridbench.aggregate.records import (
     AcceptanceColumns,
     CellFailure,
@@ -39,7 +38,6 @@ from gridbench.cells.kinds import cell_file_pattern, result_folders
 from gridbench.cells.kinds.benchy import DepthCellPlan
 from gridbench.cells.plan import DepthPlan
 from gridbench.errors import ResultFileError
-from gridbench.files import atomic_write_bytes, atomic_write_text
 from gridbench.harness.benchy import (
     CACHED_REQUIRED_METRICS,
     REQUIRED_METRICS,
@@ -48,6 +46,8 @@ from gridbench.harness.benchy import (
     BenchyResult,
     entries_at,
 )
+from gridbench.util import codec
+from gridbench.util.files import atomic_write_bytes, atomic_write_text
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

@@ -23,7 +23,6 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
-from gridbench import codec
 from gridbench.aggregate import analysis
 from gridbench.aggregate.analysis import CellMeasures, Measure, Speedup
 from gridbench.aggregate.records import (
@@ -42,8 +41,9 @@ from gridbench.aggregate.weights_origin import (
     origin_kind,
     origin_text,
 )
-from gridbench.files import atomic_write_text
-from gridbench.grid import StudyInfo, WeightsOrigin
+from gridbench.config.grid import StudyInfo, WeightsOrigin
+from gridbench.util import codec
+from gridbench.util.files import atomic_write_text
 
 # matplotlib's tab10, then tab20b's darker half: the PNG graphs' colours for the first ten
 COLORS = (

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from gridbench import codec
 from gridbench.aggregate import dataset
 from gridbench.aggregate.records import (
     AcceptanceColumns,
@@ -31,6 +30,7 @@ from gridbench.aggregate.records import (
 from gridbench.cells.kinds.natural import NaturalCellPlan
 from gridbench.cells.plan import NaturalPlan
 from gridbench.errors import ResultFileError
+from gridbench.util import codec
 
 SCHEMA = "gridbench.natural.v1"
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "req_tok_s")

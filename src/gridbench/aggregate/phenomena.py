@@ -17,7 +17,7 @@ import pandas as pd
 
 from gridbench.aggregate import analysis
 from gridbench.aggregate.text import pct, ratio_text
-from gridbench.grid import StudyInfo
+from gridbench.config.grid import StudyInfo
 
 # differences smaller than these are not called a dependence
 CLASS_SPREAD = 0.10  # acceptance, highest class minus lowest, at one level

@@ -20,8 +20,8 @@ from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormat
 
 from gridbench import layout
 from gridbench.aggregate import analysis
-from gridbench.files import atomic_write_bytes
-from gridbench.grid import StudyInfo
+from gridbench.config.grid import StudyInfo
+from gridbench.util.files import atomic_write_bytes
 
 SIZE = (11, 5.5)
 DPI = 120

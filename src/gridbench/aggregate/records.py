@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, get_args, get
 import cattrs
 import pandas as pd
 
-from gridbench import codec
+from gridbench.config.grid import ServingConfig
 from gridbench.errors import ResultFileError
-from gridbench.grid import ServingConfig
 from gridbench.layout import CellFiles
+from gridbench.util import codec
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

@@ -19,7 +19,7 @@ from gridbench.aggregate.analysis import LOSS, TIE, WIN, Pattern, Speedup
 from gridbench.aggregate.phenomena import CLASS_SPREAD
 from gridbench.aggregate.records import ConfigIdentity, missing
 from gridbench.aggregate.text import and_list, num, pct, pm, ratio_text, span
-from gridbench.grid import StudyInfo
+from gridbench.config.grid import StudyInfo
 
 MARKS = {WIN: "faster", LOSS: "slower", TIE: "tie"}
 # how many configs a line names before it counts them instead

@@ -4,7 +4,7 @@ random weights as a mechanism check rather than a finding."""
 
 from __future__ import annotations
 
-from gridbench.grid import Grid, WeightsOrigin
+from gridbench.config.grid import Grid, WeightsOrigin
 
 # A finding on random weights is labelled so: "Mechanism check: <finding>"
 MECHANISM_CHECK = "Mechanism check"

@@ -6,7 +6,7 @@ import random
 from pathlib import Path
 
 from gridbench.assets.words import WORDS
-from gridbench.files import atomic_write_text
+from gridbench.util.files import atomic_write_text
 
 # llama-benchy cuts a Gutenberg book at this marker; keeping it makes the file a drop-in.
 HEADER = "*** START OF THE PROJECT GUTENBERG EBOOK SYNTHETIC ***\n\n"

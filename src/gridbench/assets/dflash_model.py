@@ -39,7 +39,6 @@ from pathlib import Path
 
 import numpy as np
 
-from gridbench import codec
 from gridbench.assets.gguf_model import (
     LAYER_UPDATE_SCALE,
     WEIGHT_STD,
@@ -49,7 +48,8 @@ from gridbench.assets.gguf_model import (
 )
 from gridbench.assets.hf_model import LlamaConfig, LlamaShape, shape_keys, tokenizer_files
 from gridbench.assets.safetensors_stream import StreamedTensor, write_safetensors
-from gridbench.files import atomic_write_text
+from gridbench.util import codec
+from gridbench.util.files import atomic_write_text
 
 # A dense ~3 B shape close to Llama-3.2-3B's (2.8 B layer parameters; 5.7 GB in BF16).
 QWEN3_3B = LlamaShape(

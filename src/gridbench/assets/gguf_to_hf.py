@@ -32,12 +32,12 @@ import gguf
 import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from gridbench import codec
 from gridbench.assets.hf_model import Gemma3TextConfig, LlamaConfig
 from gridbench.assets.llama_formats import CHECKPOINT_FILE, hf_name, to_hf_rotary
 from gridbench.assets.safetensors_stream import StreamedTensor, write_safetensors
 from gridbench.errors import GridbenchError
-from gridbench.files import atomic_write_text
+from gridbench.util import codec
+from gridbench.util.files import atomic_write_text
 
 __all__ = ["gemma3_hf_name", "write_hf_checkpoint", "write_hf_tokenizer"]
 

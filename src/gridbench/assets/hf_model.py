@@ -27,10 +27,10 @@ import gguf
 import numpy as np
 from safetensors.numpy import save as save_safetensors
 
-from gridbench import codec
 from gridbench.assets.gguf_model import CHAT_TEMPLATE, vocab
 from gridbench.assets.tokenizer import build_tokenizer
-from gridbench.files import JsonObject, atomic_write_bytes, atomic_write_text
+from gridbench.util import codec
+from gridbench.util.files import JsonObject, atomic_write_bytes, atomic_write_text
 
 _WEIGHT_STD = 0.05
 _EMBED_STD = 1.0

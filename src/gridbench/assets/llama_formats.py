@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 
-from gridbench import codec
 from gridbench.assets.gguf_model import (
     ROPE_THETA,
     GGUFTensor,
@@ -30,7 +29,8 @@ from gridbench.assets.gguf_model import (
 from gridbench.assets.hf_model import LlamaConfig, LlamaShape, llama_config, tokenizer_files
 from gridbench.assets.safetensors_stream import StreamedTensor, read_safetensors, write_safetensors
 from gridbench.errors import GridbenchError
-from gridbench.files import atomic_write_text
+from gridbench.util import codec
+from gridbench.util.files import atomic_write_text
 
 CHECKPOINT_FILE = "model.safetensors"
 # GGUF tensor name (after blk.N.) -> Hugging Face LlamaForCausalLM name (after model.layers.N.)

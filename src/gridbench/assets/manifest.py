@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from gridbench import codec
+from gridbench.util import codec
 
 MANIFEST = "MANIFEST.json"
 

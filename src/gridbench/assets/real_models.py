@@ -40,13 +40,13 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from gridbench import codec
 from gridbench.assets.gguf_model import whole_or_removed
 from gridbench.assets.gguf_to_hf import write_hf_checkpoint, write_hf_tokenizer
 from gridbench.assets.llama_formats import CHECKPOINT_FILE
 from gridbench.assets.manifest import MANIFEST, Manifest, ModelFile, sha256_of
 from gridbench.errors import GridbenchError
-from gridbench.files import atomic_write_text
+from gridbench.util import codec
+from gridbench.util.files import atomic_write_text
 
 _Q = gguf.GGMLQuantizationType
 log = logging.getLogger(__name__)

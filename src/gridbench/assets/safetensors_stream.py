@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gridbench.files import JsonObject
+from gridbench.util.files import JsonObject
 
 # Makes a tensor's float32 values; called on a worker thread, once.
 Values = Callable[[], np.ndarray]

@@ -13,7 +13,7 @@ import gguf
 from tokenizers import Tokenizer, decoders, models, normalizers
 
 from gridbench.assets.gguf_model import vocab
-from gridbench.files import atomic_write_text
+from gridbench.util.files import atomic_write_text
 
 
 def build_tokenizer() -> Tokenizer:

@@ -7,10 +7,10 @@ import hashlib
 import json
 from pathlib import Path
 
-from gridbench import codec
 from gridbench.cells.kinds import Cell, cell_kind
-from gridbench.files import atomic_write_text
-from gridbench.grid import Grid
+from gridbench.config.grid import Grid
+from gridbench.util import codec
+from gridbench.util.files import atomic_write_text
 
 CONTEXT_DIR = Path(".gridbench/contexts")
 

@@ -10,7 +10,7 @@ from gridbench.cells.kinds import CELL_KINDS, PlannedCell
 from gridbench.cells.kinds.base import KindPlan, Skipped
 from gridbench.cells.kinds.benchy import BENCHY, CACHED, DepthCellPlan
 from gridbench.cells.kinds.natural import NATURAL, NaturalCellPlan
-from gridbench.grid import Grid, ServingConfig
+from gridbench.config.grid import Grid, ServingConfig
 
 
 @dataclass(frozen=True)

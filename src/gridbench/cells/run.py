@@ -17,10 +17,11 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from gridbench import codec, layout, provenance
+from gridbench import layout
 from gridbench.assets.manifest import manifest_entries
-from gridbench.cell_records import CellProvenance, EngineRecord, FailureRecord
+from gridbench.cells import provenance
 from gridbench.cells.kinds import Cell
+from gridbench.cells.records import CellProvenance, EngineRecord, FailureRecord
 from gridbench.engines.events import now_iso
 from gridbench.engines.manager import EngineLease, SlotManager
 from gridbench.errors import (
@@ -30,7 +31,8 @@ from gridbench.errors import (
     EngineError,
     GridbenchError,
 )
-from gridbench.files import atomic_write_bytes, atomic_write_json
+from gridbench.util import codec
+from gridbench.util.files import atomic_write_bytes, atomic_write_json
 
 log = logging.getLogger(__name__)
 

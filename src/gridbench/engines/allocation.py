@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from gridbench import layout
-from gridbench.files import atomic_write_text
+from gridbench.util.files import atomic_write_text
 
 SWEEP_VARIABLE = "GRIDBENCH_SWEEP_PROCESS"  # pid:start_time:host:boot_id of the sweep's Snakemake
 

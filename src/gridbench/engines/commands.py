@@ -9,8 +9,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from gridbench.config.grid import ServingConfig
 from gridbench.engines.kinds import engine_kind
-from gridbench.grid import ServingConfig
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from gridbench.cells.provenance import redact_env
+from gridbench.config.grid import ServingConfig
 from gridbench.engines.commands import launch_plan
-from gridbench.grid import ServingConfig
-from gridbench.provenance import redact_env
 
 
 def docker_run_argv(cfg: ServingConfig, port: int, name: str = "gridbench-0-CONFIG") -> list[str]:

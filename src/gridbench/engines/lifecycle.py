@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gridbench.config.grid import ServingConfig
 from gridbench.engines import probe, watchdog
 from gridbench.engines.allocation import ProcessIdentity, process_identity
 from gridbench.engines.commands import launch_plan
@@ -29,7 +30,6 @@ from gridbench.engines.kinds import engine_kind
 from gridbench.engines.runtime import RuntimeHandle, runtime_for, runtime_of
 from gridbench.engines.slots import SlotState, SlotStore
 from gridbench.errors import EngineError, PortInUseError
-from gridbench.grid import ServingConfig
 
 ENGINE_LOG_DIR = Path("logs/engines")
 

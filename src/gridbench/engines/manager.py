@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from gridbench.cells.provenance import query_gpus
+from gridbench.config.grid import ServingConfig
 from gridbench.engines.allocation import allocated_gpus, process_gone, sweep_owner, sweep_process
 from gridbench.engines.commands import LaunchPlan
 from gridbench.engines.events import log_event
@@ -39,8 +41,6 @@ from gridbench.engines.runtime import DockerRuntime, ImageInfo, RuntimeHandle, r
 from gridbench.engines.slots import SlotHolder, SlotState, SlotStore, slot_dir
 from gridbench.engines.watchdog import stop_orphan
 from gridbench.errors import EngineError, SlotBusyError
-from gridbench.grid import ServingConfig
-from gridbench.provenance import query_gpus
 
 log = logging.getLogger(__name__)
 

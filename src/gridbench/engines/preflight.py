@@ -11,11 +11,11 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gridbench import codec
+from gridbench.config.grid import Grid, ServingConfig
 from gridbench.engines.kinds import engine_kind
 from gridbench.engines.runtime import ImageInfo, runtime_for
 from gridbench.errors import EngineStartError
-from gridbench.grid import Grid, ServingConfig
+from gridbench.util import codec
 
 
 @dataclass(frozen=True)

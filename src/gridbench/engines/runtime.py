@@ -20,12 +20,12 @@ from typing import Any, Literal, Protocol
 
 from cattrs.strategies import configure_tagged_union
 
-from gridbench import codec
+from gridbench.config.grid import ServingConfig
 from gridbench.engines.allocation import cuda_visible_devices, process_start_time, sweep_owner
 from gridbench.engines.commands import LaunchPlan
 from gridbench.errors import EngineError, EngineStartError, ImageNotFoundError
-from gridbench.files import JsonObject
-from gridbench.grid import ServingConfig
+from gridbench.util import codec
+from gridbench.util.files import JsonObject
 
 LABEL = "gridbench.workdir"  # containers are labelled with their owner: working directory (and cluster job)
 

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from gridbench import codec
 from gridbench.engines.allocation import ProcessIdentity
 from gridbench.engines.commands import LaunchPlan
 from gridbench.engines.runtime import ImageInfo, RuntimeHandle
-from gridbench.files import atomic_write_text, read_json
+from gridbench.util import codec
+from gridbench.util.files import atomic_write_text, read_json
 
 
 def slot_dir() -> Path:

@@ -26,11 +26,11 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gridbench import codec
 from gridbench.engines.allocation import process_gone
 from gridbench.engines.events import log_event
 from gridbench.engines.runtime import Runtime, runtime_of
 from gridbench.engines.slots import OwnedEngine, SlotStore
+from gridbench.util import codec
 
 log = logging.getLogger("gridbench.watchdog")
 POLL_S = float(os.environ.get("GRIDBENCH_WATCHDOG_POLL_S", 1.0))

@@ -21,11 +21,11 @@ from typing import IO
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
-from gridbench import codec
+from gridbench.config.grid import BenchySettings, ServingConfig
 from gridbench.engines.kinds import engine_kind
 from gridbench.errors import BenchmarkError, ConfigError, ResultFileError
-from gridbench.files import atomic_write_bytes
-from gridbench.grid import BenchySettings, ServingConfig
+from gridbench.util import codec
+from gridbench.util.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 

@@ -38,12 +38,12 @@ from typing import Any
 
 import aiohttp
 
-from gridbench.files import JsonObject
+from gridbench.engines.spec_metrics import Acceptance
 from gridbench.harness import stats
 from gridbench.harness.prompts import AUTO_PROCESSES, NaturalSettings
 from gridbench.harness.sse import SSEParser, parse_chunk, plain_delta_has_text
 from gridbench.harness.stats import ERRORED, INCOMPLETE, OK, LevelSummary, RequestRecord, RequestTrace
-from gridbench.spec_metrics import Acceptance
+from gridbench.util.files import JsonObject
 
 log = logging.getLogger(__name__)
 

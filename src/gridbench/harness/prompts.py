@@ -10,9 +10,9 @@ from pathlib import Path
 
 import yaml
 
-from gridbench import codec
 from gridbench.errors import ConfigError
-from gridbench.files import JsonObject
+from gridbench.util import codec
+from gridbench.util.files import JsonObject
 
 AUTO_PROCESSES = "auto"  # natural.processes' default (the schema's)
 

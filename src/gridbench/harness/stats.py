@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import fmean
 
-from gridbench import codec
+from gridbench.util import codec
 
 OK, ERRORED, INCOMPLETE = "ok", "errored", "incomplete"
 PERCENTILES = (50, 95, 99)  # a Distribution's fields

@@ -30,7 +30,7 @@ from gridbench.aggregate.report.natural import (
 from gridbench.aggregate.report.phenomena import phenomena_section
 from gridbench.aggregate.report.study import configs_table, environment, method
 from gridbench.aggregate.report.summary import checks_section, verdict
-from gridbench.grid import Grid
+from gridbench.config.grid import Grid
 
 
 def render_report(

@@ -13,7 +13,7 @@ from gridbench.aggregate.records import missing
 from gridbench.aggregate.report.markdown import code, depth_list, table
 from gridbench.aggregate.text import DASH, num, pct, pm, ratio_text, span
 from gridbench.aggregate.verdict import MARKS, configs_by_name, pair_label, runs_text
-from gridbench.grid import StudyInfo
+from gridbench.config.grid import StudyInfo
 
 
 def engine_pair_labels(dataset: pd.DataFrame) -> dict[str, str]:

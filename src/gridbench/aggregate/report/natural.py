@@ -13,7 +13,7 @@ from gridbench.aggregate.verdict import (
     capacity_targets,
     targets_text,
 )
-from gridbench.grid import StudyInfo
+from gridbench.config.grid import StudyInfo
 
 POSITIONS_SHOWN = 4
 

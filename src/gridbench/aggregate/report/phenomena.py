@@ -9,7 +9,7 @@ from gridbench.aggregate.phenomena import Judgement
 from gridbench.aggregate.report.markdown import code, table
 from gridbench.aggregate.text import DASH, and_list
 from gridbench.aggregate.weights_origin import RANDOM_WEIGHTS_SHOW, is_random
-from gridbench.grid import Grid
+from gridbench.config.grid import Grid
 
 SECTION = "The seeds' speculation phenomena"
 

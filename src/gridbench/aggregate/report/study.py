@@ -11,7 +11,7 @@ from gridbench.aggregate import analysis
 from gridbench.aggregate.report.markdown import code, depth_list, table
 from gridbench.aggregate.text import DASH
 from gridbench.aggregate.weights_origin import origin_text
-from gridbench.grid import BenchySettings, Grid
+from gridbench.config.grid import BenchySettings, Grid
 from gridbench.harness.prompts import NaturalSettings
 
 

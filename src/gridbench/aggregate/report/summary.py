@@ -9,7 +9,7 @@ from gridbench.aggregate.report.phenomena import judged, tally_line
 from gridbench.aggregate.text import and_list
 from gridbench.aggregate.verdict import verdict_lines
 from gridbench.aggregate.weights_origin import MECHANISM_CHECK, RANDOM_WEIGHTS_SHOW, random_weight_configs
-from gridbench.grid import Grid
+from gridbench.config.grid import Grid
 
 
 def _split(frame: pd.DataFrame, configs: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:

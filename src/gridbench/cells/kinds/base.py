@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 import cattrs
 
-from gridbench import codec
-from gridbench.grid import Grid, ServingConfig
+from gridbench.config.grid import Grid, ServingConfig
 from gridbench.layout import CellFiles
+from gridbench.util import codec
 
 if TYPE_CHECKING:  # annotations only: planning and progress need no engine
-    from gridbench.cell_records import CellCoordinates, Measured
+    from gridbench.cells.records import CellCoordinates, Measured
     from gridbench.engines.manager import EngineLease
 
 Line = TypeVar("Line")

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from gridbench import codec, provenance
-from gridbench.cell_records import BenchyInvocation, CellCoordinates, Measured
+from gridbench.cells import provenance
 from gridbench.cells.kinds.base import (
     Cell,
     CellKind,
@@ -28,14 +27,16 @@ from gridbench.cells.kinds.base import (
     Skipped,
     json_lines,
 )
+from gridbench.cells.records import BenchyInvocation, CellCoordinates, Measured
+from gridbench.config.grid import BenchySettings, Grid, ServingConfig
 from gridbench.engines import probe
 from gridbench.engines.events import now_iso
 from gridbench.engines.kinds import engine_kind
+from gridbench.engines.spec_metrics import Acceptance, acceptance, parse_spec_counters
 from gridbench.errors import BenchmarkError, ResultFileError
-from gridbench.grid import BenchySettings, Grid, ServingConfig
 from gridbench.harness import benchy
 from gridbench.layout import CellFiles
-from gridbench.spec_metrics import Acceptance, acceptance, parse_spec_counters
+from gridbench.util import codec
 
 if TYPE_CHECKING:
     from gridbench.engines.manager import EngineLease
@@ -345,7 +346,7 @@ def measure_benchy(spec: DepthCell, engine: EngineLease, scratch: Path) -> Measu
 
 def snapshot_command(base_url: str, out_dir: Path, key_variable: str | None) -> str:
     """Shell line for llama-benchy's --post-run-cmd: save /metrics after every run."""
-    argv = [sys.executable, "-m", "gridbench.snapshot", f"{base_url}/metrics", str(out_dir.resolve())]
+    argv = [sys.executable, "-m", "gridbench.engines.snapshot", f"{base_url}/metrics", str(out_dir.resolve())]
     return shlex.join(argv + ([key_variable] if key_variable else []))
 
 

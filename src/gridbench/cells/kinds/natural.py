@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 import gridbench
-from gridbench import codec, provenance
-from gridbench.cell_records import CellCoordinates, Measured, NaturalInvocation
+from gridbench.cells import provenance
 from gridbench.cells.kinds.base import (
     Cell,
     CellKind,
@@ -25,15 +24,17 @@ from gridbench.cells.kinds.base import (
     RequestProgress,
     json_lines,
 )
+from gridbench.cells.records import CellCoordinates, Measured, NaturalInvocation
+from gridbench.config.grid import Grid, ServingConfig
 from gridbench.engines import probe
 from gridbench.engines.events import now_iso
 from gridbench.engines.kinds import engine_kind
+from gridbench.engines.spec_metrics import acceptance, parse_spec_counters
 from gridbench.errors import BenchmarkError, ConfigError
-from gridbench.grid import Grid, ServingConfig
 from gridbench.harness import stats
 from gridbench.harness.prompts import NaturalSettings, resolve_prompts
 from gridbench.layout import CellFiles
-from gridbench.spec_metrics import acceptance, parse_spec_counters
+from gridbench.util import codec
 
 if TYPE_CHECKING:
     from gridbench.engines.manager import EngineLease

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from gridbench.engines import probe
 
 if TYPE_CHECKING:
-    from gridbench.grid import ServingConfig
+    from gridbench.config.grid import ServingConfig
 
 
 class EngineKind(ABC):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from gridbench.engines.kinds.base import EngineKind
 
 if TYPE_CHECKING:
-    from gridbench.grid import ServingConfig
+    from gridbench.config.grid import ServingConfig
 
 # llama.cpp's n-gram types take their draft length from their own flag; the draft-model
 # types (and ngram-cache) from --spec-draft-n-max.

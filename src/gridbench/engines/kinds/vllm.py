@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 from gridbench.engines import probe
 from gridbench.engines.kinds.base import EngineKind
-from gridbench.files import JsonObject
+from gridbench.util.files import JsonObject
 
 if TYPE_CHECKING:
-    from gridbench.grid import ServingConfig
+    from gridbench.config.grid import ServingConfig
 
 
 def _fraction(value: float) -> str:

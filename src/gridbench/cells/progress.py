@@ -25,8 +25,8 @@ from gridbench import layout
 from gridbench.cells.kinds import PlannedCell, cell_kind
 from gridbench.cells.kinds.base import RequestProgress, json_lines
 from gridbench.cells.plan import sweep_plan
-from gridbench.files import read_json
-from gridbench.grid import Grid
+from gridbench.config.grid import Grid
+from gridbench.util.files import read_json
 
 if TYPE_CHECKING:
     from rich.panel import Panel

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-from gridbench.files import JsonObject
+from gridbench.util.files import JsonObject
 
 OMITTED_WHEN_DEFAULT: Mapping[str, bool] = {"gridbench.omitted_when_default": True}
 INLINE: Mapping[str, bool] = {"gridbench.inline": True}

@@ -13,11 +13,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from gridbench import codec
-from gridbench.engines.kinds import engine_kind
-from gridbench.errors import ConfigError
-from gridbench.files import JsonObject
-from gridbench.grid import (
+from gridbench.cells.provenance import SECRET_NAME
+from gridbench.config.grid import (
     BenchySettings,
     Checkpoint,
     Engine,
@@ -29,8 +26,11 @@ from gridbench.grid import (
     StudyInfo,
     Volume,
 )
+from gridbench.engines.kinds import engine_kind
+from gridbench.errors import ConfigError
 from gridbench.harness.prompts import NaturalSettings
-from gridbench.provenance import SECRET_NAME
+from gridbench.util import codec
+from gridbench.util.files import JsonObject
 
 # each filter key and the config section that declares its names
 FILTER_KEYS: dict[FilterKey, str] = {

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from gridbench import codec
 from gridbench.errors import ConfigError
-from gridbench.files import JsonObject
 from gridbench.harness.prompts import NaturalSettings
+from gridbench.util import codec
+from gridbench.util.files import JsonObject
 
 # `--config engine=a,b` and its kin: the name a filter matches on
 FilterKey = Literal["engine", "checkpoint", "speculation", "config"]

@@ -10,24 +10,24 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from gridbench import codec
-from gridbench.cell_records import (
+from gridbench.cells.kinds.benchy import DepthCellPlan
+from gridbench.cells.kinds.natural import NaturalCellPlan
+from gridbench.cells.provenance import GpuInfo, HostInfo, Versions, redact_config
+from gridbench.cells.records import (
     BenchyInvocation,
     CellCoordinates,
     CellProvenance,
     EngineRecord,
     FailureRecord,
 )
-from gridbench.cells.kinds.benchy import DepthCellPlan
-from gridbench.cells.kinds.natural import NaturalCellPlan
+from gridbench.config.grid import ServingConfig
 from gridbench.engines.runtime import ImageInfo
-from gridbench.files import atomic_write_json
-from gridbench.grid import ServingConfig
+from gridbench.engines.spec_metrics import Acceptance, SpecCounters, acceptance
 from gridbench.harness.benchy import UNMEASURED, BenchyEntry, BenchyResult, Metric
 from gridbench.harness.natural import LevelPlan, LevelResult
 from gridbench.harness.stats import Distribution, LevelSummary, RequestRecord
-from gridbench.provenance import GpuInfo, HostInfo, Versions, redact_config
-from gridbench.spec_metrics import Acceptance, SpecCounters, acceptance
+from gridbench.util import codec
+from gridbench.util.files import atomic_write_json
 
 STARTED_AT = "2026-07-09T12:00:00.000+00:00"
 
@@ -113,7 +113,7 @@ def cached_benchy_raw(
 
 
 def spec_decode(drafts: int, per_position: Sequence[float]) -> Acceptance:
-    """What gridbench.spec_metrics.acceptance records for these per-position rates."""
+    """What gridbench.engines.spec_metrics.acceptance records for these per-position rates."""
     accepted = {i: round(rate * drafts) for i, rate in enumerate(per_position)}
     after = SpecCounters(
         drafts=float(drafts),
@@ -128,7 +128,7 @@ def spec_decode(drafts: int, per_position: Sequence[float]) -> Acceptance:
 def host_info(
     *, hostname: str = "host", gpu: str | None = None, gpu_count: int = 0, driver: str | None = None
 ) -> HostInfo:
-    """A host as gridbench.provenance.host_info describes one: these GPUs, the rest fixed."""
+    """A host as gridbench.cells.provenance.host_info describes one: these GPUs, the rest fixed."""
     return HostInfo(
         hostname=hostname,
         platform="Linux",

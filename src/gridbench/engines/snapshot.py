@@ -1,4 +1,4 @@
-"""Save one /metrics scrape: ``python -m gridbench.snapshot URL DIR [KEY_VARIABLE]``.
+"""Save one /metrics scrape: ``python -m gridbench.engines.snapshot URL DIR [KEY_VARIABLE]``.
 
 llama-benchy runs this after every run (--post-run-cmd), so it imports nothing heavy. The
 API key, when the engine needs one, is read from the environment variable named last."""

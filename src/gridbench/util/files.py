@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 # A JSON object as a file, an HTTP body or a config section holds it: free-form until
-# gridbench.codec reads it into a record, or once the codec has written a record as one.
+# gridbench.util.codec reads it into a record, or once the codec has written a record as one.
 # Elsewhere, signatures take typed records (tests/test_typed_signatures.py keeps it so).
 JsonObject = dict[str, Any]
 

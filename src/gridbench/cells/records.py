@@ -1,5 +1,5 @@
 """What a cell writes: its provenance record beside a result, or its failure record instead;
-each record's fields are its file's keys (written by gridbench.codec), what the datasets read back.
+each record's fields are its file's keys (written by gridbench.util.codec), what the datasets read back.
 """
 
 from __future__ import annotations
@@ -7,12 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gridbench import codec, provenance
 from gridbench.assets.manifest import ModelFile
+from gridbench.cells import provenance
+from gridbench.config.grid import ServingConfig
 from gridbench.engines.runtime import ImageInfo
-from gridbench.grid import ServingConfig
+from gridbench.engines.spec_metrics import Acceptance
 from gridbench.harness.stats import WarmupOutcome
-from gridbench.spec_metrics import Acceptance
+from gridbench.util import codec
 
 if TYPE_CHECKING:  # annotations only: reading and writing records needs no engine
     from gridbench.engines.manager import EngineLease
@@ -116,7 +117,7 @@ class CellProvenance:
     started_at: str
     finished_at: str
     versions: provenance.Versions
-    # None only in the report fixtures' natural records (aggregate/synthetic.py), which have no bench
+    # None only in the report fixtures' natural records (tests/synthetic.py), which have no bench
     bench: BenchyInvocation | NaturalInvocation | None = field(
         default=None, metadata=codec.OMITTED_WHEN_DEFAULT
     )

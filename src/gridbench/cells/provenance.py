@@ -13,10 +13,10 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 
 import gridbench
-from gridbench import codec
-from gridbench.grid import ServingConfig
+from gridbench.config.grid import ServingConfig
+from gridbench.util import codec
 
-SCHEMA = "gridbench.provenance.v1"
+SCHEMA = "gridbench.cells.provenance.v1"
 # a variable name with one of these words in it holds a secret (HF_TOKEN, VLLM_API_KEY, ...)
 SECRET_NAME = re.compile(r"(^|_)(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(_|$)", re.IGNORECASE)
 REDACTED = "<redacted>"

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from gridbench.files import JsonObject
+from gridbench.util.files import JsonObject
 
 SCHEMA_PATH = "src/gridbench/data/config.schema.yaml"
 REFERENCE_PATH = "docs/config-reference.md"

@@ -18,11 +18,11 @@ from typing import Any
 import cattrs
 import yaml
 
-from gridbench import codec
+from gridbench.config.grid import Grid
+from gridbench.config.resolve import TABLES, ConfigSections, resolve_grid
 from gridbench.errors import ConfigError
-from gridbench.files import JsonObject
-from gridbench.grid import Grid
-from gridbench.resolve import TABLES, ConfigSections, resolve_grid
+from gridbench.util import codec
+from gridbench.util.files import JsonObject
 
 
 @cache
