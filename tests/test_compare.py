@@ -9,7 +9,7 @@ import pytest
 
 from conftest import REPO, gridbench, sweep_logs, write_config
 from gridbench.aggregate.compare import BETTER, TIE, WORSE, compare_studies, render_comparison
-from gridbench.cli import REGRESSION_EXIT
+from gridbench.cli.user import REGRESSION_EXIT
 from test_workflow import snakemake
 
 STUDY = REPO / "studies/h200-vllm"

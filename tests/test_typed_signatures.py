@@ -68,7 +68,14 @@ JSON_EDGES = {
     "util/files.py": {"read_json"},
     # the config as YAML and Snakemake give it, before the schema has checked it, and the
     # schema document that checks it (set_defaults: jsonschema's callback on its properties)
-    "config/loading.py": {"schema", "set_defaults", "load_grid", "read_config_file", "load_grid_files", "_merge"},
+    "config/loading.py": {
+        "schema",
+        "set_defaults",
+        "load_grid",
+        "read_config_file",
+        "load_grid_files",
+        "_merge",
+    },
     # the chat request as sent: the config's free-form extra_body merged in
     "harness/natural.py": {"payload"},
     # the schema document walked into the config reference's records (ConfigKey, Section)

@@ -1,0 +1,278 @@
+"""The commands a person runs: the cells and progress of a sweep, the engines, the config
+reference, comparing two studies and finishing a cut-short one."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gridbench.errors import GridbenchError
+
+if TYPE_CHECKING:  # for annotations only: a cell's start-up should not import these
+    pass
+
+from gridbench.cli.common import add_configfile, grid_from_json, load_grid_args
+from gridbench.cli.workflow import (
+    grid_help,
+    read_frame,
+    write_depth_dataset,
+    write_explorer_file,
+    write_natural_dataset,
+    write_report,
+)
+
+
+def cmd_cells(args: argparse.Namespace) -> int:
+    from gridbench.cells.plan import sweep_plan
+
+    plan = sweep_plan(load_grid_args(args))
+    for kind, of_kind in plan.kinds.items():
+        for cell in of_kind.cells:
+            print(f"{kind}\t{cell.label}")
+        for skip in of_kind.skipped:
+            print(f"{kind}\t{skip.cell.label}\tskipped: {skip.reason}")
+    counts = (
+        f"{len(of_kind.cells)} {kind} cells"
+        + (f" ({len(of_kind.skipped)} skipped)" if of_kind.skipped else "")
+        for kind, of_kind in plan.kinds.items()
+    )
+    print(", ".join(counts), file=sys.stderr)
+    return 0
+
+
+def cmd_config_reference(args: argparse.Namespace) -> int:
+    from gridbench.config.loading import schema
+    from gridbench.config.reference import config_reference, render_reference
+    from gridbench.util.files import atomic_write_text
+
+    atomic_write_text(args.out, render_reference(config_reference(schema())))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_engine_command(args: argparse.Namespace) -> int:
+    from gridbench.engines.describe import describe_launch
+
+    grid = load_grid_args(args)
+    if args.name not in grid.configs:
+        raise GridbenchError(f"unknown config {args.name!r}; allowed values: {', '.join(grid.configs)}")
+    print(describe_launch(grid.configs[args.name]))
+    return 0
+
+
+def cmd_engine_check(args: argparse.Namespace) -> int:
+    from gridbench.engines.preflight import check_engine
+    from gridbench.util import codec
+    from gridbench.util.files import atomic_write_json
+
+    grid = grid_from_json(args.grid)
+    check = check_engine(grid, args.engine)
+    atomic_write_json(args.out, codec.to_json(check))
+    print(f"engine {args.engine}: ready to start ({check.image.image or check.runtime})")
+    return 0
+
+
+def cmd_engine_stop(args: argparse.Namespace) -> int:
+    from gridbench.engines.manager import SlotManager, remove_leftover_containers
+
+    stopped = SlotManager([]).stop_all()
+    leftovers = remove_leftover_containers()
+    for name in stopped:
+        print(f"stopped engine of {name}")
+    for name in leftovers:
+        print(f"removed leftover container {name}")
+    if not stopped and not leftovers:
+        print("no engines of this working directory were running")
+    return 0
+
+
+def cmd_engine_status(args: argparse.Namespace) -> int:
+    from gridbench.engines.manager import SlotManager
+
+    rows = SlotManager([]).status()
+    for row in rows:
+        state = "alive" if row.alive else "dead"
+        print(f"slot {row.slot}\t{row.config}\t{state}\t{row.base_url}\t{row.owner}")
+    if not rows:
+        print("no engine slots in use")
+    return 0
+
+
+def cmd_progress(args: argparse.Namespace) -> int:
+    import time
+
+    from gridbench.cells.progress import WorkdirReader, planned_cells, progress_line, progress_panel
+
+    reader = WorkdirReader(planned_cells(load_grid_args(args)))
+    if not args.follow:
+        print(progress_line(reader.snapshot()))
+        return 0
+    on_terminal = sys.stdout.isatty()
+    interval_s = args.interval or (2.0 if on_terminal else 30.0)
+    try:
+        if on_terminal:
+            from rich.live import Live
+
+            with Live(progress_panel(reader.snapshot()), auto_refresh=False) as view:
+                while not (progress := reader.snapshot()).settled:
+                    view.update(progress_panel(progress), refresh=True)
+                    time.sleep(interval_s)
+                view.update(progress_panel(progress), refresh=True)
+        else:
+            while True:
+                progress = reader.snapshot()
+                print(progress_line(progress), flush=True)
+                if progress.settled:
+                    break
+                time.sleep(interval_s)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _study_dataset(folder: Path) -> Path:
+    """A study's depth dataset, given the study folder or its dataset/ folder."""
+    for candidate in (folder / "dataset/dataset.parquet", folder / "dataset.parquet"):
+        if candidate.is_file():
+            return candidate
+    raise GridbenchError(
+        f"{folder}: no dataset/dataset.parquet in it",
+        hint="name a study folder (or its dataset/) that a sweep finished",
+    )
+
+
+REGRESSION_EXIT = 3
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from gridbench.aggregate.compare import compare_studies, render_comparison, write_ratio_graphs
+    from gridbench.util.files import atomic_write_text
+
+    before_name = args.before_name or args.before.resolve().name
+    after_name = args.after_name or args.after.resolve().name
+    if before_name == after_name:
+        before_name, after_name = "before", "after"
+    comparison = compare_studies(
+        read_frame(_study_dataset(args.before)), read_frame(_study_dataset(args.after)), args.threshold
+    )
+    graphs = write_ratio_graphs(comparison, args.graphs, before_name, after_name) if args.graphs else []
+    links = [Path(os.path.relpath(g, args.out.parent)).as_posix() for g in graphs]
+    atomic_write_text(args.out, render_comparison(comparison, before_name, after_name, links))
+    print(
+        f"wrote {args.out}: {len(comparison.matches)} configs matched, {len(comparison.changes)} values "
+        f"compared, {len(comparison.regressions)} regressions, {len(comparison.lost_cells)} cells lost"
+    )
+    for change in comparison.regressions:
+        print(
+            f"REGRESSION {change.config} depth {change.depth}: {change.metric.label} {change.before.mean:.4g}"
+            f" -> {change.after.mean:.4g} {change.metric.unit} ({change.ratio.mean:.2f}x)"
+        )
+    for gap in comparison.lost_cells:
+        print(
+            f"REGRESSION {gap.config} depth {gap.depth}: {gap.before_status} before, {gap.after_status} after"
+        )
+    return REGRESSION_EXIT if comparison.regressed else 0
+
+
+def cmd_finalize(args: argparse.Namespace) -> int:
+    """Dataset, graphs and report from whatever cells exist (the workflow's end, also on error):
+    the aggregate rules' steps, in one process."""
+    from gridbench import layout
+    from gridbench.aggregate import plots
+
+    grid = grid_from_json(args.grid)
+    root = args.outdir
+    depth = write_depth_dataset(
+        grid, root / layout.DATASET_CSV, root / layout.DATASET_JSON, root / layout.DATASET_PARQUET
+    )
+    figures = plots.depth_figures(depth, grid.study)
+    natural = None
+    if grid.natural:
+        natural = write_natural_dataset(grid, root / layout.NATURAL_CSV, root / layout.NATURAL_PARQUET)
+        figures.update(plots.natural_figures(natural))
+    graphs = plots.save(figures, root / Path(layout.GRAPH).parent)
+    print(f"wrote {len(graphs)} graphs to {root / Path(layout.GRAPH).parent}")
+    write_report(grid, depth, natural, graphs, root / layout.REPORT)
+    write_explorer_file(root / layout.EXPLORER, depth, natural, grid)
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("cells", help="list the cells a config schedules, and those it skips")
+    add_configfile(p)
+    p.set_defaults(func=cmd_cells)
+
+    p = sub.add_parser(
+        "progress",
+        help="where a sweep in this directory stands: cells done, ETA, what the running cells do",
+    )
+    add_configfile(p)
+    p.add_argument(
+        "--follow", action="store_true", help="keep showing it until every cell ended (Ctrl-C stops)"
+    )
+    p.add_argument(
+        "--interval",
+        type=float,
+        metavar="S",
+        help="seconds between updates (default: 2 on a terminal, 30 in a plain log)",
+    )
+    p.set_defaults(func=cmd_progress)
+
+    p = sub.add_parser(
+        "config-reference", help="write the config reference (every key) rendered from the schema"
+    )
+    p.add_argument("--out", required=True, type=Path, help="docs/config-reference.md in the repository")
+    p.set_defaults(func=cmd_config_reference)
+
+    engine = sub.add_parser("engine", help="inspect, check and stop engines")
+    esub = engine.add_subparsers(dest="engine_command", required=True)
+    p = esub.add_parser("command", help="print the container and serve command of a config")
+    add_configfile(p)
+    p.add_argument("name", metavar="CONFIG")
+    p.set_defaults(func=cmd_engine_command)
+    p = esub.add_parser("check", help="check an engine can start: image, command, mounts")
+    p.add_argument("--grid", required=True, type=Path, help="the validated grid config (JSON)")
+    p.add_argument("--engine", required=True)
+    p.add_argument("--out", required=True, type=Path)
+    p.set_defaults(func=cmd_engine_check)
+    p = esub.add_parser("stop", help="stop every engine this working directory started")
+    p.add_argument("--all", action="store_true", required=True)
+    p.set_defaults(func=cmd_engine_stop)
+    p = esub.add_parser("status", help="list engine slots and what runs on them")
+    p.set_defaults(func=cmd_engine_status)
+
+    p = sub.add_parser(
+        "compare",
+        help="one study against another: what got faster or slower per config and depth "
+        f"(exit {REGRESSION_EXIT} on a regression)",
+    )
+    p.add_argument("before", type=Path, help="the reference study's folder (or its dataset/)")
+    p.add_argument("after", type=Path, help="the study to check against it")
+    p.add_argument("--out", type=Path, default=Path("compare.md"), help="the markdown report (compare.md)")
+    p.add_argument("--graphs", type=Path, help="folder for the ratio graphs (none if omitted)")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=0.05,
+        help="a worse value is a regression beyond this fraction, outside its spread (0.05)",
+    )
+    p.add_argument("--before-name", help="how the report names the reference (its folder's name)")
+    p.add_argument("--after-name", help="how the report names the other study (its folder's name)")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser(
+        "finalize",
+        help="dataset, graphs, report and explorer from whatever cells exist (marked partial)",
+    )
+    p.add_argument("--grid", required=True, type=Path, help=grid_help)
+    p.add_argument(
+        "--outdir",
+        type=Path,
+        default=Path(),
+        help="folder for dataset/ and graphs/; the workflow's onerror uses partial/, so that the "
+        "final outputs stay missing and the next run redoes exactly the failed cells",
+    )
+    p.set_defaults(func=cmd_finalize)
