@@ -16,7 +16,7 @@ import gridbench
 from gridbench.config.grid import ServingConfig
 from gridbench.util import codec
 
-SCHEMA = "gridbench.cells.provenance.v1"
+SCHEMA = "gridbench.provenance.v1"  # a format name, not the module path
 # a variable name with one of these words in it holds a secret (HF_TOKEN, VLLM_API_KEY, ...)
 SECRET_NAME = re.compile(r"(^|_)(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(_|$)", re.IGNORECASE)
 REDACTED = "<redacted>"
