@@ -30,15 +30,12 @@ rule all:
 
 
 onstart:
-    record_lock_holder(
-        SWEEP
-    )  # Snakemake holds the lock now (onstart runs in no dry run)
-    interrupt_on_sigterm()
-    start_progress()
+    # Snakemake holds the lock now (onstart runs in no dry run)
+    SWEEP.start(logger.info)
 
 
 onsuccess:
-    stop_progress()
+    SWEEP.stop()
     shell(
         "rm -rf partial"
     )  # an earlier failed run's partial outputs are superseded
@@ -48,7 +45,7 @@ onsuccess:
 
 
 onerror:
-    stop_progress()
+    SWEEP.stop()
     shell(
         "mkdir -p logs/engines && gridbench engine stop --all >> logs/engines/stop.log 2>&1 || true"
     )

@@ -13,7 +13,6 @@ Grid and ServingConfig are not mirrors: resolve.resolve_grid builds them from th
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import re
 import types
@@ -21,6 +20,7 @@ import typing
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from gridbench import sweep
 from gridbench.cli import build_parser, main
 from gridbench.config.grid import (
     CapacityTargets,
@@ -66,7 +66,8 @@ RECORD_ONLY = {
 # Schema keys no record holds, each with the reason.
 SCHEMA_ONLY = {
     "progress": "how a run is shown, not what it measures: progress.py reads it from Grid.document, "
-    "and the workflow keeps it out of the grid files (_DISPLAY_KEYS), so turning it off reruns nothing",
+    "and the workflow keeps it out of the grid files (gridbench.sweep.DISPLAY_KEYS), so turning it "
+    "off reruns nothing",
     "progress_interval_s": "as progress",
 }
 # Every record the schema's objects are structured into; the walk from ConfigSections must
@@ -200,20 +201,11 @@ def test_the_filter_keys_are_the_schemas_filters_everywhere():
         name for name, node in schema()["properties"].items() if node["description"].startswith("Filter")
     }
     assert set(typing.get_args(FilterKey)) == set(FILTER_KEYS) == filters
-    assert set(_workflow_tuple("_FILTERS")) == filters
+    assert set(sweep.FILTERS) == filters
 
 
 def test_the_workflows_display_keys_are_the_schema_keys_no_record_holds():
-    assert set(_workflow_tuple("_DISPLAY_KEYS")) == set(SCHEMA_ONLY)
-
-
-def _workflow_tuple(name: str) -> tuple[str, ...]:
-    """A tuple of key names that workflow/rules/common.smk assigns to ``name``."""
-    text = (ROOT / "workflow/rules/common.smk").read_text()
-    match = re.search(rf"^{name} = (\(.*?\))$", text, re.M)
-    assert match, f"common.smk no longer assigns {name}"
-    value: tuple[str, ...] = ast.literal_eval(match.group(1))
-    return value
+    assert set(sweep.DISPLAY_KEYS) == set(SCHEMA_ONLY)
 
 
 # `--config key=value` (snakemake's and the CLI's), as commands and help texts write it;

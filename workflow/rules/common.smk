@@ -1,41 +1,18 @@
-import hashlib
-import json
-import contextlib
-import os
 import re
-import signal
 import sys
 from pathlib import Path
 
-import psutil
 from snakemake.logging import logger
 
 from gridbench import layout
 from gridbench.cells.context import write_context
 from gridbench.cells.kinds import CELL_KINDS
-from gridbench.engines.allocation import (
-    claim_sweep,
-    record_lock_holder,
-    release_stale_lock,
-)
+from gridbench.cells.plan import run_order, sweep_plan
+from gridbench.config.loading import load_grid
 from gridbench.engines.manager import detect_gpus
 from gridbench.errors import GridbenchError
-from gridbench.util.files import atomic_write_text
-from gridbench.config.loading import load_grid
-from gridbench.cells.plan import run_order, sweep_plan
-from gridbench.cells.progress import sweep_follower
+from gridbench.sweep import Sweep
 
-# This Snakemake (or the one that started it on this host) owns the engines its cells start:
-# a watchdog stops each engine once this process is gone, also after a kill -9.
-SWEEP = claim_sweep()
-# the sweep itself, not a group or cluster job inside it (those run unlocked)
-if SWEEP["pid"] == os.getpid() and not workflow.remote_exec:
-    _gone = release_stale_lock()
-    if _gone:
-        logger.warning(
-            f"gridbench: removed the lock that sweep {_gone['pid']} left when it was killed "
-            "(it is gone); its unfinished cells run again"
-        )
 CONFIG_FILES = [
     Path(p) for p in workflow.config_settings.configfiles or ["config/config.yaml"]
 ]
@@ -45,34 +22,14 @@ try:
     GRID = load_grid(config, CONFIG_SOURCE, files=CONFIG_FILES)
 except GridbenchError as err:
     sys.exit(f"gridbench: invalid config: {err}")
+# whatever acts on the host (engines' owner, lock, grid files, signals): gridbench.sweep
+SWEEP = Sweep.claim(GRID, remote_exec=workflow.remote_exec)
+if _released := SWEEP.release_dead_lock():
+    logger.warning(_released)
+# the grid, content-addressed, for the rules that need all of it; and as engine checks read it
+GRID_FILE, ENGINE_CHECK_GRID_FILE = SWEEP.write_grid_files()
 PLAN = sweep_plan(GRID)
 GPU_SLOTS = list(GRID.gpu_slots or detect_gpus()) or ["cpu"]
-# How a run is shown, not what it measures: kept out of the grid files, so that
-# `--config progress=False` reruns nothing.
-_DISPLAY_KEYS = ("progress", "progress_interval_s")
-# The effective grid, content-addressed, for the rules that need all of it.
-_GRID_JSON = json.dumps(
-    {k: v for k, v in GRID.document.items() if k not in _DISPLAY_KEYS}, default=str
-)  # key order is the report order
-GRID_FILE = (
-    f".gridbench/grid-{hashlib.sha256(_GRID_JSON.encode()).hexdigest()[:16]}.json"
-)
-if not Path(GRID_FILE).exists():
-    atomic_write_text(Path(GRID_FILE), _GRID_JSON)
-# An engine's check covers every config on it, whatever a run's filter (--config
-# config=…) selects: a filter then leaves the check, and every cell that depends on it, as
-# it was, so a few configs run first and the whole grid later measure each cell once.
-_FILTERS = ("engine", "checkpoint", "speculation", "config")
-_UNFILTERED_JSON = json.dumps(
-    {k: v for k, v in GRID.document.items() if k not in _FILTERS + _DISPLAY_KEYS}
-    | dict.fromkeys(_FILTERS),
-    default=str,
-)
-ENGINE_CHECK_GRID_FILE = (
-    f".gridbench/grid-{hashlib.sha256(_UNFILTERED_JSON.encode()).hexdigest()[:16]}.json"
-)
-if not Path(ENGINE_CHECK_GRID_FILE).exists():
-    atomic_write_text(Path(ENGINE_CHECK_GRID_FILE), _UNFILTERED_JSON)
 ORDER = run_order(GRID)
 
 
@@ -261,52 +218,5 @@ localrules:
     render_explorer,
 
 
-def keep_going_in_cluster_jobs():
-    """A cluster job runs all cells of one config (a group job), and Snakemake runs a
-    group's jobs without --keep-going (snakemake/snakemake#2508): one failed cell would
-    leave the config's later cells unrun. In a cluster job, keep going as the profile
-    says to on the login node; the settings exist only once the run starts."""
-    if not workflow.remote_exec:
-        return
-    execute = workflow.execute
-
-    def execute_keeping_going(*args, **kwargs):
-        workflow.execution_settings.keep_going = True
-        return execute(*args, **kwargs)
-
-    workflow.execute = execute_keeping_going
-
-
-keep_going_in_cluster_jobs()
-
-
-def interrupt_on_sigterm():
-    """SIGTERM to Snakemake (`kill`, a batch system, a service manager) acts as Ctrl-C:
-    the running cells are interrupted, record it and leave no result, then onerror stops
-    every engine. Snakemake's own handler waits for the running cells instead, which can
-    outlast the grace period before SIGKILL and leave engines running on the GPU."""
-
-    def interrupt(signum, frame):
-        for job in psutil.Process().children():  # the cell rules exec their command
-            with contextlib.suppress(psutil.NoSuchProcess):
-                job.send_signal(signum)
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
-
-
-_PROGRESS = []
-
-
-def start_progress():
-    """Say where the sweep stands while it runs (see gridbench.cells.progress.Follower)."""
-    follower = sweep_follower(GRID, logger.info)
-    if follower:
-        follower.start()
-        _PROGRESS.append(follower)
-
-
-def stop_progress():
-    """Say the final line; the follower's thread would end with Snakemake anyway."""
-    while _PROGRESS:
-        _PROGRESS.pop().stop()
+# a cluster job's cells go on after one fails, as on the login node
+SWEEP.keep_going_in_cluster_jobs(workflow)
