@@ -272,7 +272,7 @@ class RecordedBench:
 
 @dataclass(frozen=True)
 class RecordedProvenance:
-    """A cell's provenance file (cell_records.CellProvenance's document) as far as the
+    """A cell's provenance file (cells.records.CellProvenance's document) as far as the
     datasets read it; a part or key it lacks is None."""
 
     fingerprint: str | None = None
@@ -335,7 +335,7 @@ class Failure:
 
 @dataclass(frozen=True)
 class CellFailure:
-    """Why a cell has no result: the failure record it wrote (cell_records.FailureRecord's
+    """Why a cell has no result: the failure record it wrote (cells.records.FailureRecord's
     document, read for its reason, the columns beside it and the cell it names), or what the
     reader found wrong with its files (only a reason)."""
 
