@@ -294,7 +294,9 @@ def test_latency_that_falls_as_load_rises_is_flagged_with_its_cause(seed000):
     natural = natural.copy()
     cell = (natural["config"] == "Q_fp8_mtp1") & (natural["prompt_class"] == "code")
     natural.loc[cell & (natural["concurrency"] == 16), "ttft_ms_p50"] = 138.0  # 971 ms at c=8
-    natural.loc[cell, "engine"] = "llamacpp"
+    # the engine's kind, not its name, says where the cause is known
+    natural.loc[cell, "engine"] = "spark-llama"
+    natural.loc[cell, "engine_kind"] = "llamacpp"
     natural.loc[cell, "serve_command"] = "llama-server -m model.gguf --no-cache-prompt"
     check = checks(grid, frame, natural)["latency falls as load rises"]
     assert check.findings == ("Q_fp8_mtp1 on code: TTFT p50 971 ms at c=8, 138 ms at c=16",)

@@ -15,6 +15,7 @@ import pandas as pd
 from gridbench.aggregate import analysis
 from gridbench.aggregate.text import and_list, num, pct, ratio_text
 from gridbench.config.grid import StudyInfo
+from gridbench.engines.kinds import KINDS
 
 # TTFT p50 comes from a few requests per level: a drop under a quarter is queueing noise,
 # not a server that got faster under load
@@ -72,7 +73,7 @@ def run_checks(dataset: pd.DataFrame, natural: pd.DataFrame | None, study: Study
 @dataclass(frozen=True)
 class LoadInversion:
     config: str
-    engine: str
+    engine_kind: str
     prompt_class: str
     low_concurrency: int
     low_ttft_ms: float
@@ -104,7 +105,7 @@ def load_inversions(natural: pd.DataFrame | None) -> list[LoadInversion]:
         result.append(
             LoadInversion(
                 str(config),
-                str(first["engine"]),
+                str(first["engine_kind"]),
                 str(prompt_class),
                 low[0],
                 low[1],
@@ -114,11 +115,6 @@ def load_inversions(natural: pd.DataFrame | None) -> list[LoadInversion]:
             )
         )
     return result
-
-
-# llama.cpp's host prompt cache saves every idle slot before a request wave
-# (studies/h200-vllm/README.md); gridbench turns it off with prefix caching
-LLAMACPP_CACHE_FLAG = "--cache-ram 0"
 
 
 def latency_falls_with_load(natural: pd.DataFrame | None) -> Check:
@@ -131,24 +127,28 @@ def latency_falls_with_load(natural: pd.DataFrame | None) -> Check:
         f"{num(i.high_ttft_ms, 0)} ms at c={i.high_concurrency}"
         for i in inversions
     )
-    cause = ""
-    llamacpp = [i for i in inversions if i.engine == "llamacpp"]
-    if llamacpp:
-        without = [i.config for i in llamacpp if LLAMACPP_CACHE_FLAG not in i.serve_command]
-        cause = (
-            "On llama.cpp this is typically its host prompt cache saving idle slots before each "
-            f"request wave (studies/h200-vllm/README.md), off with `{LLAMACPP_CACHE_FLAG}`: "
-            + (
-                f"{and_list(without)} ran without it."
-                if without
-                else "these cells ran with it, so look elsewhere."
-            )
-        )
+    cause = " ".join(
+        _inversion_cause(kind, [i for i in inversions if i.engine_kind == kind])
+        for kind in dict.fromkeys(i.engine_kind for i in inversions)
+    ).strip()
     return Check(
         title,
         findings,
         f"TTFT p50 never drops by more than {pct(LOAD_TOLERANCE)} from one concurrency to a higher one",
         cause,
+    )
+
+
+def _inversion_cause(kind: str, inversions: Sequence[LoadInversion]) -> str:
+    """What the engine kind says causes these inversions, and whether their configs ran with its
+    fix; empty where the kind knows no cause."""
+    server = KINDS.get(kind)  # a dataset may come from a gridbench that knew other kinds
+    known = server.load_inversion_cause if server else None
+    if server is None or known is None:
+        return ""
+    without = [i.config for i in inversions if known.fix_flag not in i.serve_command]
+    return f"On {server.label} this is typically {known.cause}, off with `{known.fix_flag}`: " + (
+        f"{and_list(without)} ran without it." if without else "these cells ran with it, so look elsewhere."
     )
 
 

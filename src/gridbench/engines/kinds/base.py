@@ -5,12 +5,21 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gridbench.engines import probe
 
 if TYPE_CHECKING:
     from gridbench.config.grid import ServingConfig
+
+
+@dataclass(frozen=True)
+class LoadInversionCause:
+    """A kind's known cause of latency falling as load rises, and the serve flag that removes it."""
+
+    cause: str  # "its host prompt cache saving idle slots before each request wave"
+    fix_flag: str  # as it appears in the serve command: "--cache-ram 0"
 
 
 class EngineKind(ABC):
@@ -27,6 +36,8 @@ class EngineKind(ABC):
     # it closes a streamed response's connection right after the last chunk without saying
     # so, and a client that reuses the connection loses its next request
     closes_streamed_connections: bool = False
+    label: str  # how the report names the server
+    load_inversion_cause: LoadInversionCause | None = None
 
     @abstractmethod
     def serve_args(self, cfg: ServingConfig, host: str, port: int) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gridbench.engines.kinds.base import EngineKind
+from gridbench.engines.kinds.base import EngineKind, LoadInversionCause
 
 if TYPE_CHECKING:
     from gridbench.config.grid import ServingConfig
@@ -22,6 +22,12 @@ DRAFT_LENGTH_FLAGS = {
 
 class LlamaCpp(EngineKind):
     name = "llamacpp"
+    label = "llama.cpp"
+    # studies/h200-vllm/README.md; serve_args turns it off with prefix caching
+    load_inversion_cause = LoadInversionCause(
+        "its host prompt cache saving idle slots before each request wave (studies/h200-vllm/README.md)",
+        "--cache-ram 0",
+    )
     api_key_variable = "LLAMA_API_KEY"
     speculation_methods = frozenset(
         {

@@ -36,6 +36,7 @@ def prefix_cache_was_reset(status: int, body: str) -> bool:
 
 class VLLM(EngineKind):
     name = "vllm"
+    label = "vLLM"
     api_key_variable = "VLLM_API_KEY"
     speculation_methods = frozenset(
         {"dflash", "mtp", "eagle", "eagle3", "draft_model", "ngram", "medusa", "suffix"}
