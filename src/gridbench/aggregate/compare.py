@@ -10,7 +10,7 @@ before and failed after. ``compare_studies`` and ``render_comparison`` are pure.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -220,8 +220,21 @@ def render_comparison(
     comparison: StudyComparison, before_name: str, after_name: str, graph_links: Sequence[str] = ()
 ) -> str:
     """The comparison as markdown: verdict, what changed beyond the tie rule, every cell."""
+    lines = [f"# {after_name} against {before_name}", ""]
+    lines += _verdict_section(comparison)
+    lines += _method_section(comparison, before_name, after_name)
+    lines += _regressions_section(comparison, before_name, after_name)
+    lines += _improvements_section(comparison)
+    lines += _every_cell_section(comparison, before_name, after_name)
+    lines += _not_compared_section(comparison, before_name, after_name)
+    for link in graph_links:
+        lines += [f"![{link}]({link})", ""]
+    return "\n".join(lines)
+
+
+def _verdict_section(comparison: StudyComparison) -> list[str]:
     threshold = f"{comparison.threshold:.0%}"
-    lines = [f"# {after_name} against {before_name}", "", "## Verdict", ""]
+    lines = ["## Verdict", ""]
     if not comparison.matches:
         lines.append("- No config of one study matches a config of the other: nothing to compare.")
     elif comparison.regressed:
@@ -242,7 +255,12 @@ def render_comparison(
                 f"- {metric.label}: {counts[BETTER]} cell(s) better, {counts[WORSE]} worse, "
                 f"{counts[TIE]} tied."
             )
-    lines += [
+    return lines
+
+
+def _method_section(comparison: StudyComparison, before_name: str, after_name: str) -> list[str]:
+    """How configs were matched and what counts as a regression, then the renamed and unmatched configs."""
+    lines = [
         "",
         "## Method",
         "",
@@ -250,8 +268,8 @@ def render_comparison(
         f"({sum(m.by == 'name' for m in comparison.matches)} by name, "
         f"{sum(m.by != 'name' for m in comparison.matches)} by what they serve: {', '.join(LABEL_MATCH)}). "
         "A value is better or worse only when |a − b| > √(sa² + sb²) (the runs' standard deviations); "
-        f"a regression is a worse value beyond {threshold}, or a cell measured in {before_name} that "
-        f"failed or is missing in {after_name}. Ratios are {after_name} ÷ {before_name}.",
+        f"a regression is a worse value beyond {comparison.threshold:.0%}, or a cell measured in "
+        f"{before_name} that failed or is missing in {after_name}. Ratios are {after_name} ÷ {before_name}.",
         "",
     ]
     renamed = [m for m in comparison.matches if m.by != "name"]
@@ -265,63 +283,78 @@ def render_comparison(
         )
         lines.append(f"Only in {after_name}: {', '.join(f'`{c}`' for c in comparison.only_after) or 'none'}.")
         lines.append("")
-    worst_first = sorted(comparison.regressions, key=lambda c: abs(math.log(c.ratio.mean)), reverse=True)
-    if worst_first or comparison.lost_cells:
-        lines += ["## Regressions", ""]
-        lines += [f"- {_change_line(c)}" for c in worst_first]
-        lines += [
-            f"- `{g.config}` at depth {g.depth}: {g.before_status} in {before_name}, {g.after_status} in "
-            f"{after_name} ({g.reason})"
-            for g in comparison.lost_cells
-        ]
-        lines.append("")
-    improvements = sorted(
-        (c for c in comparison.changes if c.outcome == BETTER),
-        key=lambda c: abs(math.log(c.ratio.mean)),
-        reverse=True,
+    return lines
+
+
+def _by_size_of_change(changes: Iterable[CellChange]) -> list[CellChange]:
+    return sorted(changes, key=lambda c: abs(math.log(c.ratio.mean)), reverse=True)
+
+
+def _gap_line(gap: CellGap, before_name: str, after_name: str) -> str:
+    return (
+        f"- `{gap.config}` at depth {gap.depth}: {gap.before_status} in {before_name}, {gap.after_status} in "
+        f"{after_name} ({gap.reason})"
     )
-    if improvements:
-        lines += ["## Improvements", ""]
-        lines += [f"- {_change_line(c)}" for c in improvements]
-        lines.append("")
-    if comparison.changes:
-        lines += ["## Every matched cell", ""]
-        header = "| config | depth | " + " | ".join(
-            f"{m.label} {before_name} | {m.label} {after_name} | {m.label} ratio" for m in comparison.metrics
-        )
-        lines += [header + " |", "|---|---|" + "---|---|---|" * len(comparison.metrics)]
-        by_cell: dict[tuple[str, int], dict[str, CellChange]] = {}
-        for change in comparison.changes:
-            by_cell.setdefault((change.config, change.depth), {})[change.metric.label] = change
-        for (config, depth), changes in by_cell.items():
-            cells = []
-            for metric in comparison.metrics:
-                found = changes.get(metric.label)
-                cells += (
-                    [_fmt(found.before), _fmt(found.after), f"{found.ratio.mean:.2f}× {found.outcome}"]
-                    if found
-                    else ["—", "—", "—"]
-                )
-            lines.append(f"| `{config}` | {depth} | " + " | ".join(cells) + " |")
-        lines.append("")
+
+
+def _regressions_section(comparison: StudyComparison, before_name: str, after_name: str) -> list[str]:
+    worst_first = _by_size_of_change(comparison.regressions)
+    if not (worst_first or comparison.lost_cells):
+        return []
+    lines = ["## Regressions", ""]
+    lines += [f"- {_change_line(c)}" for c in worst_first]
+    lines += [_gap_line(g, before_name, after_name) for g in comparison.lost_cells]
+    lines.append("")
+    return lines
+
+
+def _improvements_section(comparison: StudyComparison) -> list[str]:
+    improvements = _by_size_of_change(c for c in comparison.changes if c.outcome == BETTER)
+    if not improvements:
+        return []
+    return ["## Improvements", "", *(f"- {_change_line(c)}" for c in improvements), ""]
+
+
+def _every_cell_section(comparison: StudyComparison, before_name: str, after_name: str) -> list[str]:
+    """One table row per compared (config, depth): each metric before, after and their ratio."""
+    if not comparison.changes:
+        return []
+    lines = ["## Every matched cell", ""]
+    header = "| config | depth | " + " | ".join(
+        f"{m.label} {before_name} | {m.label} {after_name} | {m.label} ratio" for m in comparison.metrics
+    )
+    lines += [header + " |", "|---|---|" + "---|---|---|" * len(comparison.metrics)]
+    by_cell: dict[tuple[str, int], dict[str, CellChange]] = {}
+    for change in comparison.changes:
+        by_cell.setdefault((change.config, change.depth), {})[change.metric.label] = change
+    for (config, depth), changes in by_cell.items():
+        cells = []
+        for metric in comparison.metrics:
+            found = changes.get(metric.label)
+            cells += (
+                [_fmt(found.before), _fmt(found.after), f"{found.ratio.mean:.2f}× {found.outcome}"]
+                if found
+                else ["—", "—", "—"]
+            )
+        lines.append(f"| `{config}` | {depth} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
+
+
+def _not_compared_section(comparison: StudyComparison, before_name: str, after_name: str) -> list[str]:
     other_gaps = [g for g in comparison.gaps if not g.regresses]
-    if other_gaps or comparison.unmeasured:
-        lines += ["## Cells not compared", ""]
-        lines += [
-            f"- `{g.config}` at depth {g.depth}: {g.before_status} in {before_name}, {g.after_status} in "
-            f"{after_name} ({g.reason})"
-            for g in other_gaps
-        ]
-        names = {"before": before_name, "after": after_name}
-        lines += [
-            f"- `{u.config}` at depth {u.depth}: {u.metric.label} has no usable value in "
-            f"{' and '.join(names[side] for side in u.missing_in)} (the cell ran; llama-benchy gave none)"
-            for u in comparison.unmeasured
-        ]
-        lines.append("")
-    for link in graph_links:
-        lines += [f"![{link}]({link})", ""]
-    return "\n".join(lines)
+    if not (other_gaps or comparison.unmeasured):
+        return []
+    lines = ["## Cells not compared", ""]
+    lines += [_gap_line(g, before_name, after_name) for g in other_gaps]
+    names = {"before": before_name, "after": after_name}
+    lines += [
+        f"- `{u.config}` at depth {u.depth}: {u.metric.label} has no usable value in "
+        f"{' and '.join(names[side] for side in u.missing_in)} (the cell ran; llama-benchy gave none)"
+        for u in comparison.unmeasured
+    ]
+    lines.append("")
+    return lines
 
 
 def ratio_series(comparison: StudyComparison, metric_label: str) -> dict[str, list[CellChange]]:

@@ -265,12 +265,7 @@ def write_llama_gguf(
     Tensors are made on ``threads`` threads and streamed to the file in order, a few at a
     time, so memory stays at a few tensors whatever the model's size; the file appears
     under its name only once it is complete."""
-    if file_type not in FILE_TYPES:
-        raise ValueError(f"file_type {file_type!r} is not one of {sorted(FILE_TYPES)}")
-    if shape.n_embd % shape.head_dim:
-        raise ValueError(f"n_embd {shape.n_embd} is not a multiple of head_dim {shape.head_dim}")
-    if shape.n_head % shape.kv_heads:
-        raise ValueError(f"{shape.n_head} heads are not a multiple of n_head_kv {shape.kv_heads}")
+    _check_writable(shape, file_type)
     llama_file_type, tensor_type = FILE_TYPES[file_type]
     tokens, scores, types, _first_word, _paris_id = vocab()
     threads = threads or min(16, os.cpu_count() or 1)
@@ -278,6 +273,35 @@ def write_llama_gguf(
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
     writer = gguf.GGUFWriter(str(partial), "llama")
+    _add_model_metadata(writer, shape, name, vocab_size=len(tokens), llama_file_type=llama_file_type)
+    _add_tokenizer(writer, tokens, scores, types)
+    for tensor in tensors:
+        _add_tensor_info(writer, tensor, tensor_type)
+    with whole_or_removed(writer, partial, path):
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        _write_tensor_data(writer, tensors, tensor_type, threads)
+    return path
+
+
+def _check_writable(shape: ModelShape, file_type: str) -> None:
+    if file_type not in FILE_TYPES:
+        raise ValueError(f"file_type {file_type!r} is not one of {sorted(FILE_TYPES)}")
+    if shape.n_embd % shape.head_dim:
+        raise ValueError(f"n_embd {shape.n_embd} is not a multiple of head_dim {shape.head_dim}")
+    if shape.n_head % shape.kv_heads:
+        raise ValueError(f"{shape.n_head} heads are not a multiple of n_head_kv {shape.kv_heads}")
+
+
+def _add_model_metadata(
+    writer: gguf.GGUFWriter,
+    shape: ModelShape,
+    name: str,
+    *,
+    vocab_size: int,
+    llama_file_type: gguf.LlamaFileType,
+) -> None:
     writer.add_name(name)
     writer.add_context_length(shape.n_ctx)
     writer.add_embedding_length(shape.n_embd)
@@ -288,8 +312,12 @@ def write_llama_gguf(
     writer.add_rope_dimension_count(shape.head_dim)
     writer.add_rope_freq_base(ROPE_THETA)
     writer.add_layer_norm_rms_eps(RMS_NORM_EPS)
-    writer.add_vocab_size(len(tokens))
+    writer.add_vocab_size(vocab_size)
     writer.add_file_type(llama_file_type)
+
+
+def _add_tokenizer(writer: gguf.GGUFWriter, tokens: list[str], scores: list[float], types: list[int]) -> None:
+    """The generated vocab as a llama (SentencePiece) tokenizer, and the chat template."""
     writer.add_tokenizer_model("llama")
     writer.add_tokenizer_pre("default")
     writer.add_token_list(tokens)
@@ -303,21 +331,19 @@ def write_llama_gguf(
     writer.add_add_space_prefix(True)
     writer.add_chat_template(CHAT_TEMPLATE)
 
-    for tensor in tensors:
-        _add_tensor_info(writer, tensor, tensor_type)
-    with whole_or_removed(writer, partial, path):
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
-        with ThreadPoolExecutor(threads) as pool:
-            pending: deque[Future[np.ndarray]] = deque()
-            for tensor in tensors:
-                pending.append(pool.submit(_encode, tensor, tensor_type))
-                if len(pending) > 2 * threads:  # bounded look-ahead: memory stays flat
-                    writer.write_tensor_data(pending.popleft().result())
-            while pending:
+
+def _write_tensor_data(
+    writer: gguf.GGUFWriter, tensors: list[GGUFTensor], tensor_type: gguf.GGMLQuantizationType, threads: int
+) -> None:
+    """Encode the tensors on ``threads`` threads and write them in order."""
+    with ThreadPoolExecutor(threads) as pool:
+        pending: deque[Future[np.ndarray]] = deque()
+        for tensor in tensors:
+            pending.append(pool.submit(_encode, tensor, tensor_type))
+            if len(pending) > 2 * threads:  # bounded look-ahead: memory stays flat
                 writer.write_tensor_data(pending.popleft().result())
-    return path
+        while pending:
+            writer.write_tensor_data(pending.popleft().result())
 
 
 @contextmanager

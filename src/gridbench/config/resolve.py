@@ -130,63 +130,19 @@ TABLES = ("engines", "checkpoints", "speculations", "configs")
 def resolve_grid(sections: ConfigSections, source: str) -> Grid:
     """The Grid of a schema-validated config; a ConfigError names the key of any broken
     reference or rule. The Grid's ``document`` is left to the caller, which holds it."""
-    engines = {name: _engine(e) for name, e in sections.engines.items()}
-    checkpoints = {name: _checkpoint(c) for name, c in sections.checkpoints.items()}
-    speculations = {name: _speculation(s) for name, s in sections.speculations.items()}
-    declared: dict[FilterKey, Mapping[str, Engine | Checkpoint | Speculation]] = {
-        "engine": engines,
-        "checkpoint": checkpoints,
-        "speculation": speculations,
+    declared = _Declared(
+        engines={name: _engine(e) for name, e in sections.engines.items()},
+        checkpoints={name: _checkpoint(c) for name, c in sections.checkpoints.items()},
+        speculations={name: _speculation(s) for name, s in sections.speculations.items()},
+    )
+    configs = {
+        name: _serving_config(source, name, entry, declared, sections.serving)
+        for name, entry in sections.configs.items()
     }
-    configs = {}
-    for name, entry in sections.configs.items():
-        parts: dict[FilterKey, str] = {
-            "engine": entry.engine,
-            "checkpoint": entry.checkpoint,
-            "speculation": entry.speculation,
-        }
-        for key, table in declared.items():
-            if (part := parts[key]) not in table:
-                raise ConfigError(
-                    f"{source}: key configs.{name}.{key}: unknown {key} {part!r}; "
-                    f"allowed values: {', '.join(table)}",
-                    hint=f"declare {part!r} under {FILTER_KEYS[key]} or fix the name",
-                )
-        _check_no_literal_secrets(f"configs.{name}", entry.env)
-        _check_no_secrets_in_arguments(f"configs.{name}", [*entry.extra_args, *_volume_paths(entry.volumes)])
-        engine = engines[entry.engine]
-        speculation = speculations[entry.speculation]
-        _check_speculation(source, name, engine, speculation)
-        overrides = {k: v for k, v in vars(entry.serving).items() if v is not None}
-        checkpoint = checkpoints[entry.checkpoint]
-        configs[name] = ServingConfig(
-            name=name,
-            label=entry.label or f"{checkpoint.quantization} · {engine.label} · {speculation.label}",
-            engine=engine,
-            checkpoint=checkpoint,
-            speculation=speculation,
-            serving=replace(sections.serving, **overrides),
-            extra_args=entry.extra_args,
-            env=entry.env,
-            volumes=entry.volumes,
-            bench_extra_body=entry.bench.extra_body,
-        )
     prefix_cache_pass = sections.benchy.prefix_cache_pass
-    unknown = [name for name in prefix_cache_pass if name not in configs]
-    if unknown:
-        raise ConfigError(
-            f"{source}: key benchy.prefix_cache_pass: unknown config {', '.join(map(repr, unknown))}; "
-            f"allowed values: {', '.join(configs)}",
-            hint="list config names declared under configs",
-        )
+    _check_prefix_cache_pass(source, prefix_cache_pass, configs)
     benchy = sections.benchy.settings
-    for name, cfg in configs.items():
-        if benchy.pp + benchy.tg > cfg.serving.max_model_len:
-            raise ConfigError(
-                f"{source}: key benchy.pp + benchy.tg = {benchy.pp + benchy.tg} exceeds "
-                f"configs.{name}'s max_model_len {cfg.serving.max_model_len}: no cell could run",
-                hint="lower benchy.pp/tg or raise serving.max_model_len",
-            )
+    _check_every_config_fits_a_cell(source, benchy, configs)
     if not sections.depths and sections.natural is None:
         raise ConfigError(
             f"{source}: the study measures nothing: depths is empty and there is no natural section",
@@ -212,6 +168,84 @@ def resolve_grid(sections: ConfigSections, source: str) -> Grid:
             for key, raw in sections.filters.given().items()
         },
     )
+
+
+@dataclass(frozen=True)
+class _Declared:
+    """The engines, checkpoints and speculations the configs name, resolved."""
+
+    engines: dict[str, Engine]
+    checkpoints: dict[str, Checkpoint]
+    speculations: dict[str, Speculation]
+
+    def tables(self) -> dict[FilterKey, Mapping[str, Engine | Checkpoint | Speculation]]:
+        return {"engine": self.engines, "checkpoint": self.checkpoints, "speculation": self.speculations}
+
+
+def _serving_config(
+    source: str, name: str, entry: ConfigEntry, declared: _Declared, serving: Serving
+) -> ServingConfig:
+    """One ``configs:`` entry with its parts looked up, once its references and rules hold."""
+    _check_references(source, name, entry, declared)
+    _check_no_literal_secrets(f"configs.{name}", entry.env)
+    _check_no_secrets_in_arguments(f"configs.{name}", [*entry.extra_args, *_volume_paths(entry.volumes)])
+    engine = declared.engines[entry.engine]
+    speculation = declared.speculations[entry.speculation]
+    _check_speculation(source, name, engine, speculation)
+    overrides = {k: v for k, v in vars(entry.serving).items() if v is not None}
+    checkpoint = declared.checkpoints[entry.checkpoint]
+    return ServingConfig(
+        name=name,
+        label=entry.label or f"{checkpoint.quantization} · {engine.label} · {speculation.label}",
+        engine=engine,
+        checkpoint=checkpoint,
+        speculation=speculation,
+        serving=replace(serving, **overrides),
+        extra_args=entry.extra_args,
+        env=entry.env,
+        volumes=entry.volumes,
+        bench_extra_body=entry.bench.extra_body,
+    )
+
+
+def _check_references(source: str, name: str, entry: ConfigEntry, declared: _Declared) -> None:
+    parts: dict[FilterKey, str] = {
+        "engine": entry.engine,
+        "checkpoint": entry.checkpoint,
+        "speculation": entry.speculation,
+    }
+    for key, table in declared.tables().items():
+        if (part := parts[key]) not in table:
+            raise ConfigError(
+                f"{source}: key configs.{name}.{key}: unknown {key} {part!r}; "
+                f"allowed values: {', '.join(table)}",
+                hint=f"declare {part!r} under {FILTER_KEYS[key]} or fix the name",
+            )
+
+
+def _check_prefix_cache_pass(
+    source: str, prefix_cache_pass: tuple[str, ...], configs: Mapping[str, ServingConfig]
+) -> None:
+    unknown = [name for name in prefix_cache_pass if name not in configs]
+    if unknown:
+        raise ConfigError(
+            f"{source}: key benchy.prefix_cache_pass: unknown config {', '.join(map(repr, unknown))}; "
+            f"allowed values: {', '.join(configs)}",
+            hint="list config names declared under configs",
+        )
+
+
+def _check_every_config_fits_a_cell(
+    source: str, benchy: BenchySettings, configs: Mapping[str, ServingConfig]
+) -> None:
+    """Every config's context holds a llama-benchy request's prompt and generation."""
+    for name, cfg in configs.items():
+        if benchy.pp + benchy.tg > cfg.serving.max_model_len:
+            raise ConfigError(
+                f"{source}: key benchy.pp + benchy.tg = {benchy.pp + benchy.tg} exceeds "
+                f"configs.{name}'s max_model_len {cfg.serving.max_model_len}: no cell could run",
+                hint="lower benchy.pp/tg or raise serving.max_model_len",
+            )
 
 
 def _filter_values(key: FilterKey, raw: object, allowed: list[str], source: str) -> tuple[str, ...]:

@@ -24,10 +24,10 @@ from pathlib import Path
 from gridbench.config.grid import ServingConfig
 from gridbench.engines import probe, watchdog
 from gridbench.engines.allocation import ProcessIdentity, process_identity
-from gridbench.engines.commands import launch_plan
+from gridbench.engines.commands import LaunchPlan, launch_plan
 from gridbench.engines.events import log_event, now_iso
 from gridbench.engines.kinds import engine_kind
-from gridbench.engines.runtime import RuntimeHandle, runtime_for, runtime_of
+from gridbench.engines.runtime import Runtime, RuntimeHandle, runtime_for, runtime_of
 from gridbench.engines.slots import SlotState, SlotStore
 from gridbench.errors import EngineError, PortInUseError
 
@@ -125,27 +125,8 @@ def start_engine(
     runtime = runtime_for(cfg.engine.runtime)
     image = runtime.image_info(cfg)
     plan = launch_plan(cfg, port_for(cfg, slot, all_slots))
-    log_path = ENGINE_LOG_DIR / f"{cfg.name}.log"
-    gpus = [s for s in slots if s != "cpu"] if cfg.engine.gpus else []
     started_at = now_iso()
-    log_event(
-        "start",
-        cfg.name,
-        slot=slot,
-        slots=list(slots),
-        fingerprint=fingerprint,
-        port=plan.port,
-        owner=owner.name,
-    )
-    with log_path.open("a") as engine_log:
-        engine_log.write(
-            f"\n=== gridbench: starting {cfg.name} on slot {','.join(slots)} at {started_at}: "
-            f"{plan.shell_line()}\n"
-        )
-    key = api_key(cfg)
-    env = {engine_kind(cfg.engine.kind).api_key_variable: key} if key else {}
-    name = container_name(cfg, slots, owner)
-    handle = runtime.start(cfg, plan, name=name, gpus=gpus, log_path=log_path, env=env)
+    handle = _launch(cfg, slots, plan, runtime, owner=owner, fingerprint=fingerprint, started_at=started_at)
     state = SlotState(
         owner=owner.name,
         owner_process=owner.process,
@@ -160,6 +141,49 @@ def start_engine(
         image=image,
     )
     _record(state, store)
+    state = _wait_until_ready(cfg, state, store, runtime)
+    _record(state, store)
+    log_event("ready", cfg.name, slot=slot, fingerprint=fingerprint, ready_s=state.ready_s)
+    return state
+
+
+def _launch(
+    cfg: ServingConfig,
+    slots: tuple[str, ...],
+    plan: LaunchPlan,
+    runtime: Runtime,
+    *,
+    owner: EngineOwner,
+    fingerprint: str,
+    started_at: str,
+) -> RuntimeHandle:
+    """Log the start, mark it in the engine's log and start its process or container."""
+    log_path = ENGINE_LOG_DIR / f"{cfg.name}.log"
+    log_event(
+        "start",
+        cfg.name,
+        slot=slots[0],
+        slots=list(slots),
+        fingerprint=fingerprint,
+        port=plan.port,
+        owner=owner.name,
+    )
+    with log_path.open("a") as engine_log:
+        engine_log.write(
+            f"\n=== gridbench: starting {cfg.name} on slot {','.join(slots)} at {started_at}: "
+            f"{plan.shell_line()}\n"
+        )
+    key = api_key(cfg)
+    env = {engine_kind(cfg.engine.kind).api_key_variable: key} if key else {}
+    gpus = [s for s in slots if s != "cpu"] if cfg.engine.gpus else []
+    name = container_name(cfg, slots, owner)
+    return runtime.start(cfg, plan, name=name, gpus=gpus, log_path=log_path, env=env)
+
+
+def _wait_until_ready(cfg: ServingConfig, state: SlotState, store: SlotStore, runtime: Runtime) -> SlotState:
+    """The started engine's record once it answers, with its watchdog, readiness time and
+    version; an engine that does not answer is stopped."""
+    handle, plan = state.handle, state.plan
     headers = api_headers(cfg)
     try:
         state = watch(state, store)  # from now on, the engine ends with its sweep
@@ -175,16 +199,13 @@ def start_engine(
             headers=headers,
         )
     except BaseException:
-        stop_engine(state, store, slot=slot)
+        stop_engine(state, store, slot=state.slots[0])
         raise
-    state = dataclasses.replace(
+    return dataclasses.replace(
         state,
         ready_s=round(ready_s, 3),
         version=engine_kind(cfg.engine.kind).version(plan.base_url, headers),
     )
-    _record(state, store)
-    log_event("ready", cfg.name, slot=slot, fingerprint=fingerprint, ready_s=state.ready_s)
-    return state
 
 
 def _record(state: SlotState, store: SlotStore) -> None:

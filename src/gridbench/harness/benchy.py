@@ -104,6 +104,25 @@ def build_run(
     progress = workdir / PROGRESS_FILE
     argv = [
         benchy_executable(),
+        *_request_options(cfg, depth, settings, base_url=base_url, book_url=book_url, tokenizer=tokenizer),
+        *_switches(settings, prefix_cache=prefix_cache),
+    ]
+    for key, value in {**settings.extra_body, **cfg.bench_extra_body}.items():
+        argv += ["--extra-body", f"{key}={json.dumps(value, separators=(',', ':'))}"]
+    if post_run_cmd:
+        argv += ["--post-run-cmd", post_run_cmd]
+    argv += ["--format", "json", "--save-result", str(result), "--emit-progress", str(progress)]
+    key_env = cfg.engine.api_key_env
+    if key_env:
+        argv[1:1] = ["--api-key", _key_placeholder(key_env)]
+    return BenchyRun(tuple(argv), _offline_env(cfg), result, progress, key_env)
+
+
+def _request_options(
+    cfg: ServingConfig, depth: int, settings: BenchySettings, *, base_url: str, book_url: str, tokenizer: str
+) -> list[str]:
+    """Whom llama-benchy asks and what: the server, model, tokenizer, corpus, sizes and runs."""
+    return [
         "--base-url",
         f"{base_url}/v1",
         "--model",
@@ -127,19 +146,20 @@ def build_run(
         "--latency-mode",
         settings.latency_mode,
     ]
-    if settings.exact_tg:
-        argv.append("--exact-tg")
-    if prefix_cache:
-        argv.append("--enable-prefix-caching")
-    if not settings.warmup:
-        argv.append("--no-warmup")
-    if settings.skip_coherence:
-        argv.append("--skip-coherence")
-    for key, value in {**settings.extra_body, **cfg.bench_extra_body}.items():
-        argv += ["--extra-body", f"{key}={json.dumps(value, separators=(',', ':'))}"]
-    if post_run_cmd:
-        argv += ["--post-run-cmd", post_run_cmd]
-    argv += ["--format", "json", "--save-result", str(result), "--emit-progress", str(progress)]
+
+
+def _switches(settings: BenchySettings, *, prefix_cache: bool) -> list[str]:
+    switches = {
+        "--exact-tg": settings.exact_tg,
+        "--enable-prefix-caching": prefix_cache,
+        "--no-warmup": not settings.warmup,
+        "--skip-coherence": settings.skip_coherence,
+    }
+    return [switch for switch, on in switches.items() if on]
+
+
+def _offline_env(cfg: ServingConfig) -> dict[str, str]:
+    """llama-benchy's own home (where its corpus cache is), nothing downloaded, output unbuffered."""
     env = {
         "HOME": str(BENCHY_HOME.resolve()),
         "HF_HUB_OFFLINE": "1",
@@ -151,10 +171,7 @@ def build_run(
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(ONE_CONNECTION_PER_REQUEST_SITE), os.environ.get("PYTHONPATH")])
         )
-    key_env = cfg.engine.api_key_env
-    if key_env:
-        argv[1:1] = ["--api-key", _key_placeholder(key_env)]
-    return BenchyRun(tuple(argv), env, result, progress, key_env)
+    return env
 
 
 def _key_placeholder(variable: str) -> str:
@@ -393,6 +410,21 @@ def check_result(
     have no failed request and, with exact-tg, exactly tg generated tokens per request. A
     prefix-cache cell must also hold the context-load phase: without it the entry would be
     a cold measurement; its required metric is the time to first token alone."""
+    entry = _measured_entry(result, depth=depth, what=what, prefix_cache=prefix_cache)
+    # before the metrics: a failed request leaves them null, and its error is the reason
+    _check_no_request_failed(ends, what=what)
+    _check_every_metric_measured(entry, ends, settings=settings, what=what, prefix_cache=prefix_cache)
+    if settings.exact_tg:
+        _check_exact_tg(ends, settings=settings, what=what, prefix_cache=prefix_cache)
+    return entry
+
+
+def _phases(*, prefix_cache: bool) -> int:
+    """The phases each measured request comes with: a prefix-cache cell loads its context first."""
+    return 2 if prefix_cache else 1
+
+
+def _measured_entry(result: BenchyResult, *, depth: int, what: str, prefix_cache: bool) -> BenchyEntry:
     entries, loads = entries_at(result, depth)
     if len(entries) != 1:
         raise BenchmarkError(f"{what}: llama-benchy reported {len(entries)} results for depth {depth}")
@@ -402,14 +434,12 @@ def check_result(
             "(--enable-prefix-caching)",
             hint="check that the llama-benchy in use supports --enable-prefix-caching",
         )
-    entry = entries[0]
-    expected = settings.runs * settings.concurrency
-    required = CACHED_REQUIRED_METRICS if prefix_cache else REQUIRED_METRICS
-    per_request = CACHED_PER_REQUEST_METRICS if prefix_cache else PER_REQUEST_METRICS
-    phases = 2 if prefix_cache else 1
+    return entries[0]
+
+
+def _check_no_request_failed(ends: Sequence[RequestEnd], *, what: str) -> None:
     # the progress events do not say which phase a request belongs to: both must succeed
     errors = [e.error for e in ends if e.error]
-    # before the metrics: a failed request leaves them null, and its error is the reason
     if errors:
         kind = (
             TransportError
@@ -420,8 +450,22 @@ def check_result(
             f"{what}: {len(errors)} requests failed, first: {errors[0]}",
             hint="read the cell log and the engine log",
         )
+
+
+def _check_every_metric_measured(
+    entry: BenchyEntry,
+    ends: Sequence[RequestEnd],
+    *,
+    settings: BenchySettings,
+    what: str,
+    prefix_cache: bool,
+) -> None:
+    """Every required metric has a value, and every per-request metric one value per request."""
+    expected = settings.runs * settings.concurrency
+    required = CACHED_REQUIRED_METRICS if prefix_cache else REQUIRED_METRICS
+    per_request = CACHED_PER_REQUEST_METRICS if prefix_cache else PER_REQUEST_METRICS
     # every request ended without an error, yet a value is missing: an answer read in one burst
-    unmeasured = BurstError if len(ends) >= expected * phases else BenchmarkError
+    unmeasured = BurstError if len(ends) >= expected * _phases(prefix_cache=prefix_cache) else BenchmarkError
     for metric in required:
         if entry.metric(metric).mean is None:
             raise unmeasured(
@@ -443,14 +487,18 @@ def check_result(
             raise BenchmarkError(
                 f"{counted}: requests failed", hint="read the cell log for the failed requests' errors"
             )
+
+
+def _check_exact_tg(
+    ends: Sequence[RequestEnd], *, settings: BenchySettings, what: str, prefix_cache: bool
+) -> None:
+    expected = settings.runs * settings.concurrency * _phases(prefix_cache=prefix_cache)
     measured = [e.total_tokens for e in ends if e.total_tokens is not None]
-    if settings.exact_tg:
-        # a context load generates tg tokens too (llama-benchy sends it with the same max_tokens)
-        wrong = [tokens for tokens in measured[-expected * phases :] if tokens != settings.tg]
-        if len(measured) < expected * phases or wrong:
-            raise BenchmarkError(
-                f"{what}: exact-tg asked for {settings.tg} tokens per request, got "
-                f"{wrong or 'fewer requests than runs'}",
-                hint="the engine ignored min_tokens/ignore_eos; check its version and flags",
-            )
-    return entry
+    # a context load generates tg tokens too (llama-benchy sends it with the same max_tokens)
+    wrong = [tokens for tokens in measured[-expected:] if tokens != settings.tg]
+    if len(measured) < expected or wrong:
+        raise BenchmarkError(
+            f"{what}: exact-tg asked for {settings.tg} tokens per request, got "
+            f"{wrong or 'fewer requests than runs'}",
+            hint="the engine ignored min_tokens/ignore_eos; check its version and flags",
+        )

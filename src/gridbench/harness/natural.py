@@ -41,7 +41,7 @@ import aiohttp
 from gridbench.engines.spec_metrics import Acceptance
 from gridbench.harness import stats
 from gridbench.harness.prompts import AUTO_PROCESSES, NaturalSettings
-from gridbench.harness.sse import SSEParser, parse_chunk, plain_delta_has_text
+from gridbench.harness.sse import SSEEvent, SSEParser, parse_chunk, plain_delta_has_text
 from gridbench.harness.stats import ERRORED, INCOMPLETE, OK, LevelSummary, RequestRecord, RequestTrace
 from gridbench.util.files import JsonObject
 
@@ -140,73 +140,107 @@ async def stream_request(
     session: aiohttp.ClientSession, endpoint: Endpoint, request: ChatRequest, timeout_s: float
 ) -> RequestTrace:
     """One streamed request, timed chunk by chunk; failures become a trace, never an exception."""
-    index = request.index
     payload = request.payload(endpoint.model)
-    parser = SSEParser()
-    text_ns: list[int] = []
-    tokens = finish_reason = None
-    done = responded = False
     sent = {"ns": None}  # set when the request goes out on its own, fresh connection
-    issued_ns = end_ns = time.perf_counter_ns()
+    stream = _Stream(issued_ns=time.perf_counter_ns())
 
     def trace(status: str, error: str | None = None) -> RequestTrace:
-        return RequestTrace(
-            index=index,
-            status=status,
-            start_ns=sent["ns"] or issued_ns,
-            end_ns=end_ns,
-            text_chunk_ns=tuple(text_ns),
-            output_tokens=tokens,
-            finish_reason=finish_reason,
-            error=error,
-        )
+        return stream.trace(request.index, sent["ns"], status, error)
 
     try:
         async with asyncio.timeout(timeout_s):
             async with session.post(
                 endpoint.url, json=payload, headers=endpoint.headers, trace_request_ctx=sent
             ) as response:
-                if response.status != 200:
-                    detail = (await response.text(errors="replace"))[:_ERROR_BODY_CHARS]
-                    end_ns = time.perf_counter_ns()
-                    return trace(ERRORED, f"HTTP {response.status}: {detail.strip()}")
-                responded = True
-                async for data in response.content.iter_any():
-                    end_ns = time.perf_counter_ns()
-                    for event in parser.feed(data):
-                        plain = plain_delta_has_text(event)
-                        if plain is not None:  # a token's chunk: only its arrival matters
-                            if plain:
-                                text_ns.append(end_ns)
-                            continue
-                        chunk = parse_chunk(event)
-                        if chunk.error:
-                            return trace(ERRORED, f"error in stream: {chunk.error}")
-                        if chunk.done:
-                            done = True
-                        if chunk.has_text:
-                            text_ns.append(end_ns)
-                        finish_reason = chunk.finish_reason or finish_reason
-                        if chunk.completion_tokens is not None:
-                            tokens = chunk.completion_tokens
-                for event in parser.finish():
-                    chunk = parse_chunk(event)
-                    if chunk.error:
-                        return trace(ERRORED, f"error in stream: {chunk.error}")
-                    done = done or chunk.done
+                if error := await _receive(response, stream):
+                    return trace(ERRORED, error)
     except TimeoutError:
-        end_ns = time.perf_counter_ns()
+        stream.end_ns = time.perf_counter_ns()
         return trace(ERRORED, f"no complete response within {timeout_s:g} s (natural.request_timeout_s)")
     except (aiohttp.ClientError, OSError) as err:
-        end_ns = time.perf_counter_ns()
-        status = INCOMPLETE if responded else ERRORED
-        what = "stream broke" if responded else "request failed"
+        stream.end_ns = time.perf_counter_ns()
+        status = INCOMPLETE if stream.responded else ERRORED
+        what = "stream broke" if stream.responded else "request failed"
         return trace(status, f"{what}: {type(err).__name__}: {err}")
-    if not done:
-        return trace(INCOMPLETE, f"stream ended without [DONE] after {len(text_ns)} text chunks")
-    if tokens is None:
+    if not stream.done:
+        return trace(INCOMPLETE, f"stream ended without [DONE] after {len(stream.text_ns)} text chunks")
+    if stream.tokens is None:
         return trace(INCOMPLETE, "stream had no usage block (stream_options.include_usage ignored)")
     return trace(OK)
+
+
+async def _receive(response: aiohttp.ClientResponse, stream: _Stream) -> str | None:
+    """Read the response into ``stream``, timing each read; the error that ended it, if any."""
+    if response.status != 200:
+        detail = (await response.text(errors="replace"))[:_ERROR_BODY_CHARS]
+        stream.end_ns = time.perf_counter_ns()
+        return f"HTTP {response.status}: {detail.strip()}"
+    stream.responded = True
+    parser = SSEParser()
+    async for data in response.content.iter_any():
+        stream.end_ns = time.perf_counter_ns()
+        if error := stream.read(parser.feed(data)):
+            return f"error in stream: {error}"
+    if error := stream.read_last(parser.finish()):
+        return f"error in stream: {error}"
+    return None
+
+
+@dataclass
+class _Stream:
+    """What one streamed request has received so far, on the ``perf_counter_ns`` clock."""
+
+    issued_ns: int
+    end_ns: int = field(init=False)
+    text_ns: list[int] = field(default_factory=list)
+    tokens: int | None = None
+    finish_reason: str | None = None
+    done: bool = False
+    responded: bool = False
+
+    def __post_init__(self) -> None:
+        self.end_ns = self.issued_ns
+
+    def read(self, events: Sequence[SSEEvent]) -> str | None:
+        """Take in the events of the read that ended at ``end_ns``; the error one reports."""
+        for event in events:
+            plain = plain_delta_has_text(event)
+            if plain is not None:  # a token's chunk: only its arrival matters
+                if plain:
+                    self.text_ns.append(self.end_ns)
+                continue
+            chunk = parse_chunk(event)
+            if chunk.error:
+                return chunk.error
+            if chunk.done:
+                self.done = True
+            if chunk.has_text:
+                self.text_ns.append(self.end_ns)
+            self.finish_reason = chunk.finish_reason or self.finish_reason
+            if chunk.completion_tokens is not None:
+                self.tokens = chunk.completion_tokens
+        return None
+
+    def read_last(self, events: Sequence[SSEEvent]) -> str | None:
+        """Take in the events left when the stream closed: only an error or [DONE] counts."""
+        for event in events:
+            chunk = parse_chunk(event)
+            if chunk.error:
+                return chunk.error
+            self.done = self.done or chunk.done
+        return None
+
+    def trace(self, index: int, sent_ns: int | None, status: str, error: str | None) -> RequestTrace:
+        return RequestTrace(
+            index=index,
+            status=status,
+            start_ns=sent_ns or self.issued_ns,
+            end_ns=self.end_ns,
+            text_chunk_ns=tuple(self.text_ns),
+            output_tokens=self.tokens,
+            finish_reason=self.finish_reason,
+            error=error,
+        )
 
 
 async def _on_request_sent(_session: Any, context: Any, _params: Any) -> None:  # aiohttp's trace hook

@@ -81,20 +81,23 @@ def _distinct(frames: Iterable[pd.DataFrame | None], column: str) -> list[str]:
 
 
 def environment(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
+    text = table(("", ""), _environment_rows(grid, dataset, natural))
+    engines = _engine_rows(dataset, natural)
+    if engines:
+        text += "\n\n" + table(
+            ("engine", "kind (runtime)", "image", "image digest", "engine version"), engines
+        )
+    return text
+
+
+def _environment_rows(
+    grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None
+) -> list[tuple[str, str]]:
+    """Where, when and with what the study ran, and how many of its cells were measured."""
     frames = [dataset, natural]
     hardware = grid.study.hardware
     started = _distinct(frames, "started_at")
     finished = _distinct(frames, "finished_at")
-    generators = []
-    for frame in frames:
-        if frame is None:
-            continue
-        ok = analysis.measured(frame)
-        pairs = ok[["load_generator", "load_generator_version"]].dropna(subset=["load_generator"])
-        generators += [
-            f"{g} {v}" if v is not pd.NA else str(g)
-            for g, v in pairs.drop_duplicates().itertuples(index=False)
-        ]
     rows = [
         ("hardware (study)", hardware.name or DASH),
         (
@@ -105,7 +108,7 @@ def environment(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None)
         ("driver", ", ".join(_distinct(frames, "driver")) or DASH),
         ("host", ", ".join(_distinct(frames, "hostname")) or DASH),
         ("gridbench", ", ".join(_distinct(frames, "gridbench_version")) or DASH),
-        ("load generators", ", ".join(dict.fromkeys(generators)) or DASH),
+        ("load generators", ", ".join(dict.fromkeys(_load_generators(frames))) or DASH),
         ("measured", f"{min(started)} – {max(finished)}" if started and finished else DASH),
     ]
     counts = dataset["status"].value_counts()
@@ -114,8 +117,27 @@ def environment(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None)
     if natural is not None:
         counts = natural["status"].value_counts()
         rows.append(("natural-prompt cells", f"{counts.get('ok', 0)} ok, {counts.get('failed', 0)} failed"))
-    engines = []
-    ok_frames = [analysis.measured(f) for f in frames if f is not None]
+    return rows
+
+
+def _load_generators(frames: Iterable[pd.DataFrame | None]) -> list[str]:
+    """Each measured cell's load generator and its version, repeats included."""
+    generators = []
+    for frame in frames:
+        if frame is None:
+            continue
+        ok = analysis.measured(frame)
+        pairs = ok[["load_generator", "load_generator_version"]].dropna(subset=["load_generator"])
+        generators += [
+            f"{g} {v}" if v is not pd.NA else str(g)
+            for g, v in pairs.drop_duplicates().itertuples(index=False)
+        ]
+    return generators
+
+
+def _engine_rows(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> list[tuple[str, str, str, str, str]]:
+    """One row per distinct engine, image and version the measured cells ran on."""
+    ok_frames = [analysis.measured(f) for f in (dataset, natural) if f is not None]
     measured_rows = pd.concat(ok_frames) if ok_frames else dataset.iloc[0:0]
     keys = [
         "engine",
@@ -126,22 +148,16 @@ def environment(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None)
         "image_digest",
         "engine_version",
     ]
-    for row in measured_rows[keys].drop_duplicates().itertuples(index=False):
-        engines.append(
-            (
-                row.engine_label,
-                f"{row.engine_kind} ({row.engine_runtime})",
-                code(row.image),
-                code(row.image_digest),
-                code(row.engine_version),
-            )
+    return [
+        (
+            row.engine_label,
+            f"{row.engine_kind} ({row.engine_runtime})",
+            code(row.image),
+            code(row.image_digest),
+            code(row.engine_version),
         )
-    text = table(("", ""), rows)
-    if engines:
-        text += "\n\n" + table(
-            ("engine", "kind (runtime)", "image", "image digest", "engine version"), engines
-        )
-    return text
+        for row in measured_rows[keys].drop_duplicates().itertuples(index=False)
+    ]
 
 
 def configs_table(grid: Grid, dataset: pd.DataFrame) -> str:

@@ -271,77 +271,122 @@ CACHED = CachedKind()
 def measure_benchy(spec: DepthCell, engine: EngineLease, scratch: Path) -> Measured:
     """llama-benchy at the cell's depth, bracketed by spec-decode counter snapshots."""
     cfg = spec.serving_config
-    settings = spec.benchy
     # a cold cell starts from an empty cache; a prefix-cache cell too, so that only its own
     # context loads are there to hit, not what earlier cells left
     cache_reset = engine_kind(cfg.engine.kind).reset_prefix_cache(engine.base_url, engine.headers)
-    book_url = benchy.seed_corpus(Path(settings.corpus))
+    book_url = benchy.seed_corpus(Path(spec.benchy.corpus))
     snapshots = scratch / "metrics"
     post_run = (
         snapshot_command(engine.base_url, snapshots, cfg.engine.api_key_env)
         if cfg.speculation.enabled
         else None
     )
-    attempts: list[str] = []
-    while True:
-        shutil.rmtree(snapshots, ignore_errors=True)
-        if post_run:
-            snapshots.mkdir()
-        run = benchy.build_run(
-            cfg,
-            spec.depth,
-            settings,
-            base_url=engine.base_url,
-            book_url=book_url,
-            workdir=scratch,
-            post_run_cmd=post_run,
-            prefix_cache=spec.prefix_cache,
-        )
-        before_own = probe.fetch_metrics(engine.base_url, engine.headers) if post_run else None
-        bench_started = now_iso()
-        wall_s = benchy.run(run, timeout_s=settings.timeout_s, what=spec.what)
-        after = probe.fetch_metrics(engine.base_url, engine.headers) if post_run else None
-        try:
-            raw = run.result_path.read_bytes()
-            result = benchy.BenchyResult.from_json(json.loads(raw))
-        except (FileNotFoundError, json.JSONDecodeError, ResultFileError) as err:
-            raise BenchmarkError(f"{spec.what}: llama-benchy wrote no readable result: {err}") from err
-        try:
-            entry = benchy.check_result(
-                result,
-                benchy.read_progress(run.progress_path),
-                depth=spec.depth,
-                settings=settings,
-                what=spec.what,
-                prefix_cache=spec.prefix_cache,
-            )
-            break
-        except benchy.RetryableError as err:
-            attempts.append(err.message)
-            if len(attempts) > settings.transport_retries:
-                raise
-            log.info(f"{err.message}; measuring the cell again (attempt {len(attempts) + 1})")
+    passed, entry, discarded = _run_until_checks_pass(
+        spec, engine, scratch, snapshots, book_url=book_url, post_run=post_run
+    )
     spec_decode = None
     if post_run:
-        spec_decode = _acceptance(snapshots, before_own, after, settings.warmup, spec.what)
+        spec_decode = _acceptance(
+            snapshots, passed.metrics_before, passed.metrics_after, spec.benchy.warmup, spec.what
+        )
     decode = entry.tg_throughput.mean
     log.info(
         f"{spec.what}: decode {'-' if decode is None else f'{decode:.2f}'} tok/s, "
         f"TTFT {entry.e2e_ttft.mean:.1f} ms"
     )
     return Measured(
-        files={"raw": raw},
-        versions=provenance.versions("llama-benchy", result.version),
+        files={"raw": passed.raw},
+        versions=provenance.versions("llama-benchy", passed.result.version),
         bench=BenchyInvocation(
-            argv=run.argv,
-            started_at=bench_started,
+            argv=passed.run.argv,
+            started_at=passed.started_at,
             finished_at=now_iso(),
-            wall_s=round(wall_s, 3),
-            discarded_attempts=tuple(attempts),
+            wall_s=round(passed.wall_s, 3),
+            discarded_attempts=discarded,
         ),
         prefix_cache_reset=cache_reset,
         spec_decode=spec_decode,
     )
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """One llama-benchy invocation of a cell: its run, its result and, where the config
+    speculates, the engine's /metrics before and after it."""
+
+    run: benchy.BenchyRun
+    raw: bytes
+    result: benchy.BenchyResult
+    started_at: str
+    wall_s: float
+    metrics_before: str | None
+    metrics_after: str | None
+
+
+def _run_until_checks_pass(
+    spec: DepthCell,
+    engine: EngineLease,
+    scratch: Path,
+    snapshots: Path,
+    *,
+    book_url: str,
+    post_run: str | None,
+) -> tuple[_Attempt, benchy.BenchyEntry, tuple[str, ...]]:
+    """llama-benchy until its result passes the checks: the passing attempt, its measured entry
+    and why each attempt before it was discarded (at most benchy.transport_retries of them)."""
+    discarded: list[str] = []
+    while True:
+        attempt = _attempt(spec, engine, scratch, snapshots, book_url=book_url, post_run=post_run)
+        try:
+            entry = benchy.check_result(
+                attempt.result,
+                benchy.read_progress(attempt.run.progress_path),
+                depth=spec.depth,
+                settings=spec.benchy,
+                what=spec.what,
+                prefix_cache=spec.prefix_cache,
+            )
+            return attempt, entry, tuple(discarded)
+        except benchy.RetryableError as err:
+            discarded.append(err.message)
+            if len(discarded) > spec.benchy.transport_retries:
+                raise
+            log.info(f"{err.message}; measuring the cell again (attempt {len(discarded) + 1})")
+
+
+def _attempt(
+    spec: DepthCell,
+    engine: EngineLease,
+    scratch: Path,
+    snapshots: Path,
+    *,
+    book_url: str,
+    post_run: str | None,
+) -> _Attempt:
+    """Run llama-benchy once, from empty snapshots, and read its result."""
+    shutil.rmtree(snapshots, ignore_errors=True)
+    if post_run:
+        snapshots.mkdir()
+    run = benchy.build_run(
+        spec.serving_config,
+        spec.depth,
+        spec.benchy,
+        base_url=engine.base_url,
+        book_url=book_url,
+        workdir=scratch,
+        post_run_cmd=post_run,
+        prefix_cache=spec.prefix_cache,
+    )
+    before_own = probe.fetch_metrics(engine.base_url, engine.headers) if post_run else None
+    started_at = now_iso()
+    wall_s = benchy.run(run, timeout_s=spec.benchy.timeout_s, what=spec.what)
+    after = probe.fetch_metrics(engine.base_url, engine.headers) if post_run else None
+    try:
+        raw = run.result_path.read_bytes()
+        result = benchy.BenchyResult.from_json(json.loads(raw))
+    except (FileNotFoundError, json.JSONDecodeError, ResultFileError) as err:
+        raise BenchmarkError(f"{spec.what}: llama-benchy wrote no readable result: {err}") from err
+    return _Attempt(run, raw, result, started_at, wall_s, before_own, after)
 
 
 def snapshot_command(base_url: str, out_dir: Path, key_variable: str | None) -> str:

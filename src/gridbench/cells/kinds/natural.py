@@ -29,7 +29,7 @@ from gridbench.config.grid import Grid, ServingConfig
 from gridbench.engines import probe
 from gridbench.engines.events import now_iso
 from gridbench.engines.kinds import engine_kind
-from gridbench.engines.spec_metrics import acceptance, parse_spec_counters
+from gridbench.engines.spec_metrics import Acceptance, acceptance, parse_spec_counters
 from gridbench.errors import BenchmarkError, ConfigError
 from gridbench.harness import stats
 from gridbench.harness.prompts import NaturalSettings, resolve_prompts
@@ -38,6 +38,7 @@ from gridbench.util import codec
 
 if TYPE_CHECKING:
     from gridbench.engines.manager import EngineLease
+    from gridbench.harness.natural import LevelResult
 
 log = logging.getLogger(__name__)
 
@@ -250,32 +251,13 @@ def measure_natural(spec: NaturalCell, engine: EngineLease, scratch: Path) -> Me
     traces = natural.measure_level(endpoint, plan, progress)
     wall_s = time.monotonic() - window_started
     after = _settled_metrics(engine) if cfg.speculation.enabled else None
-    spec_decode = None
-    if cfg.speculation.enabled:
-        if before is None or after is None:
-            raise BenchmarkError(
-                f"{spec.what}: could not read the engine's /metrics around the measured window"
-            )
-        spec_decode = acceptance(
-            parse_spec_counters(before),
-            parse_spec_counters(after),
-            "the measured requests (after the warm-up requests)",
-        )
+    spec_decode = _measured_acceptance(before, after, spec.what) if cfg.speculation.enabled else None
     result = natural.level_result(
         config=cfg.name, prompt_class=spec.prompt_class, plan=plan, traces=traces, spec_decode=spec_decode
     )
     raw = (json.dumps(codec.to_json(result), indent=1, allow_nan=False) + "\n").encode()
+    _check_error_rate(result, raw, settings.max_error_rate, scratch=scratch, what=spec.what)
     summary = result.summary
-    error_rate = summary.error_rate or 0.0  # None only for a level of no requests
-    if error_rate > settings.max_error_rate:
-        (scratch / "natural.json").write_bytes(raw)  # kept beside the failure record
-        first = next(r.error for r in result.requests if r.status != "ok")
-        raise BenchmarkError(
-            f"{spec.what}: {summary.errored} errored and {summary.incomplete} incomplete of "
-            f"{summary.requests} requests (error rate {error_rate:.2f} > "
-            f"natural.max_error_rate {settings.max_error_rate:g}); first: {first}",
-            hint="read the engine log; every request's outcome is in the kept natural.json",
-        )
     log.info(
         f"{spec.what}: {summary.output_tok_s} tok/s aggregate, TTFT p50 {summary.ttft_ms.p50} ms, "
         f"TPOT p50 {summary.tpot_ms.p50} ms, {summary.ok}/{summary.requests} ok"
@@ -295,6 +277,34 @@ def measure_natural(spec: NaturalCell, engine: EngineLease, scratch: Path) -> Me
         prefix_cache_reset=cache_reset,
         spec_decode=spec_decode,
     )
+
+
+def _measured_acceptance(before: str | None, after: str | None, what: str) -> Acceptance:
+    """The draft acceptance over the measured requests, from /metrics read around them."""
+    if before is None or after is None:
+        raise BenchmarkError(f"{what}: could not read the engine's /metrics around the measured window")
+    return acceptance(
+        parse_spec_counters(before),
+        parse_spec_counters(after),
+        "the measured requests (after the warm-up requests)",
+    )
+
+
+def _check_error_rate(
+    result: LevelResult, raw: bytes, max_error_rate: float, *, scratch: Path, what: str
+) -> None:
+    """A level whose requests failed too often fails, its raw result kept beside the failure record."""
+    summary = result.summary
+    error_rate = summary.error_rate or 0.0  # None only for a level of no requests
+    if error_rate > max_error_rate:
+        (scratch / "natural.json").write_bytes(raw)
+        first = next(r.error for r in result.requests if r.status != "ok")
+        raise BenchmarkError(
+            f"{what}: {summary.errored} errored and {summary.incomplete} incomplete of "
+            f"{summary.requests} requests (error rate {error_rate:.2f} > "
+            f"natural.max_error_rate {max_error_rate:g}); first: {first}",
+            hint="read the engine log; every request's outcome is in the kept natural.json",
+        )
 
 
 def _settled_metrics(engine: EngineLease, timeout_s: float = 5.0) -> str | None:
