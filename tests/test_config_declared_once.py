@@ -50,6 +50,7 @@ from gridbench.config.resolve import (
     BenchySection,
     ConfigEntry,
     ConfigSections,
+    QualitySection,
     ServingOverrides,
 )
 from gridbench.harness.prompts import NaturalSettings
@@ -88,6 +89,7 @@ MIRRORS = {
     BenchOverrides,
     BenchySection,
     NaturalSettings,
+    QualitySection,
 }
 
 
