@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from gridbench.engines import probe
@@ -27,6 +28,9 @@ class EngineKind(ABC):
     # it closes a streamed response's connection right after the last chunk without saying
     # so, and a client that reuses the connection loses its next request
     closes_streamed_connections: bool = False
+    # what a chat request adds so that its response's logprobs name each generated token's id
+    # (a quality cell compares greedy outputs token by token; without ids, by characters)
+    token_id_fields: Mapping[str, bool] = MappingProxyType({})
 
     @abstractmethod
     def serve_args(self, cfg: ServingConfig, host: str, port: int) -> list[str]:
