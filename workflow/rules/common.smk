@@ -88,7 +88,8 @@ wildcard_constraints:
 
 def get_final_outputs():
     """The datasets, graphs, report and explorer (the depth dataset is empty in a study without a
-    llama-benchy sweep; the natural dataset exists when the study has a natural matrix).
+    llama-benchy sweep; the natural dataset exists when the study has a natural matrix, the
+    quality dataset when it has a quality section).
     """
     outputs = [
         layout.DATASET_CSV,
@@ -100,6 +101,8 @@ def get_final_outputs():
     ]
     if GRID.natural:
         outputs += [layout.NATURAL_CSV, layout.NATURAL_PARQUET]
+    if GRID.quality:
+        outputs += [layout.QUALITY_CSV, layout.QUALITY_PARQUET]
     return outputs
 
 
@@ -119,6 +122,10 @@ def get_raw_results(wildcards):
 
 def get_natural_results(wildcards):
     return _results_of("natural")
+
+
+def get_quality_results(wildcards):
+    return _results_of("quality")
 
 
 def get_graphs(wildcards):
@@ -255,6 +262,7 @@ localrules:
     make_vllm_models,
     build_dataset,
     build_natural_dataset,
+    build_quality_dataset,
     plot_depth_graphs,
     plot_natural_graphs,
     render_report,

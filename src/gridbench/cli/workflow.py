@@ -95,6 +95,26 @@ def cmd_natural_dataset(args: argparse.Namespace) -> int:
     return 0
 
 
+def write_quality_dataset(grid: Grid, csv: Path, parquet: Path) -> pd.DataFrame:
+    from gridbench.aggregate.quality import build_from_plan
+    from gridbench.cells.plan import quality_plan
+
+    frame = build_from_plan(quality_plan(grid), csv=csv, parquet=parquet)
+    print_counts("quality", frame, [csv, parquet])
+    mismatched = frame[frame["lossless_mismatches"].fillna(0) > 0]
+    for row in mismatched.itertuples():
+        print(
+            f"NOT LOSSLESS: {row.config}'s greedy outputs differ from its baseline {row.baseline}'s "
+            f"for {row.lossless_mismatches} of {row.lossless_prompts} prompts ({row.lossless_mismatched_classes})"
+        )
+    return frame
+
+
+def cmd_quality_dataset(args: argparse.Namespace) -> int:
+    write_quality_dataset(grid_from_json(args.grid), args.csv, args.parquet)
+    return 0
+
+
 def read_frame(path: Path) -> pd.DataFrame:
     import pandas as pd
 
@@ -222,6 +242,15 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--csv", required=True, type=Path)
     p.add_argument("--parquet", required=True, type=Path)
     p.set_defaults(func=cmd_natural_dataset)
+
+    p = sub.add_parser(
+        "quality-dataset",
+        help="compare the quality cells' greedy outputs (reference, baseline) into dataset/quality.*",
+    )
+    p.add_argument("--grid", required=True, type=Path, help=grid_help)
+    p.add_argument("--csv", required=True, type=Path)
+    p.add_argument("--parquet", required=True, type=Path)
+    p.set_defaults(func=cmd_quality_dataset)
 
     p = sub.add_parser("plot", help="draw the graphs of one matrix from its dataset (PNG)")
     p.add_argument(
