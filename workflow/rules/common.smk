@@ -143,11 +143,19 @@ def get_datasets(wildcards):
 
 
 def get_report_inputs(wildcards):
-    return {**get_datasets(wildcards), "graphs": get_graphs(wildcards)}
+    quality = {"quality": layout.QUALITY_PARQUET} if GRID.quality else {}
+    return {**get_datasets(wildcards), **quality, "graphs": get_graphs(wildcards)}
 
 
 def get_report_natural_option(wildcards):
     return f"--natural {layout.NATURAL_PARQUET}" if GRID.natural else ""
+
+
+def get_report_dataset_options(wildcards):
+    """The report's --natural and --quality options, each where the study has the dataset:
+    a study without a quality section keeps the report's command line as it was."""
+    quality = f" --quality {layout.QUALITY_PARQUET}" if GRID.quality else ""
+    return get_report_natural_option(wildcards) + quality
 
 
 def get_engine_files(wildcards):

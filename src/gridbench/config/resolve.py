@@ -200,7 +200,8 @@ def resolve_grid(sections: ConfigSections, source: str) -> Grid:
             )
     if not sections.depths and sections.natural is None and sections.quality is None:
         raise ConfigError(
-            f"{source}: the study measures nothing: depths is empty and there is no natural or quality section",
+            f"{source}: the study measures nothing: depths is empty and there is no natural section "
+            "(nor a quality section)",
             hint="list llama-benchy depths, or add a natural: or quality: section",
         )
     allowed: dict[FilterKey, list[str]] = {
