@@ -267,3 +267,20 @@ def test_the_workflow_measures_each_config_once_and_writes_the_quality_dataset(w
     again = snakemake(workdir, "--configfile", "grid.yaml")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
     assert {c: (workdir / f"results/quality/{c}.json").stat().st_mtime_ns for c in CONFIGS} == measured_at
+
+
+def test_token_ids_are_read_from_llamacpp_ids_and_vllm_token_id_texts():
+    from gridbench.harness.greedy import GreedyRequestError, greedy_output
+
+    def answer(tokens: list[dict]) -> str:
+        choice = {"message": {"content": "ab"}, "finish_reason": "length", "logprobs": {"content": tokens}}
+        return json.dumps({"choices": [choice], "usage": {"completion_tokens": 2}})
+
+    llamacpp = answer([{"id": 7, "token": "a"}, {"id": 9, "token": "b"}])
+    vllm = answer([{"token": "token_id:7"}, {"token": "token_id:9"}])
+    plain = answer([{"token": "a"}, {"token": "b"}])  # a server that names no ids
+    assert greedy_output("code", "p", 200, llamacpp).token_ids == (7, 9)
+    assert greedy_output("code", "p", 200, vllm).token_ids == (7, 9)
+    assert greedy_output("code", "p", 200, plain).token_ids is None
+    with pytest.raises(GreedyRequestError, match="HTTP 400"):
+        greedy_output("code", "p", 400, '{"error": "bad"}')
