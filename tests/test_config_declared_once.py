@@ -50,6 +50,7 @@ from gridbench.config.resolve import (
     BenchySection,
     ConfigEntry,
     ConfigSections,
+    QualitySection,
     ServingOverrides,
 )
 from gridbench.harness.prompts import NaturalSettings
@@ -89,6 +90,7 @@ MIRRORS = {
     BenchOverrides,
     BenchySection,
     NaturalSettings,
+    QualitySection,
 }
 
 

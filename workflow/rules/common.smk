@@ -45,7 +45,8 @@ wildcard_constraints:
 
 def get_final_outputs():
     """The datasets, graphs, report and explorer (the depth dataset is empty in a study without a
-    llama-benchy sweep; the natural dataset exists when the study has a natural matrix).
+    llama-benchy sweep; the natural dataset exists when the study has a natural matrix, the
+    quality dataset when it has a quality section).
     """
     outputs = [
         layout.DATASET_CSV,
@@ -57,6 +58,8 @@ def get_final_outputs():
     ]
     if GRID.natural:
         outputs += [layout.NATURAL_CSV, layout.NATURAL_PARQUET]
+    if GRID.quality:
+        outputs += [layout.QUALITY_CSV, layout.QUALITY_PARQUET]
     return outputs
 
 
@@ -78,6 +81,10 @@ def get_natural_results(wildcards):
     return _results_of("natural")
 
 
+def get_quality_results(wildcards):
+    return _results_of("quality")
+
+
 def get_graphs(wildcards):
     """Every graph of the study, in report order (natural ones with a natural matrix)."""
     names = layout.DEPTH_GRAPHS + (layout.NATURAL_GRAPHS if GRID.natural else ())
@@ -93,11 +100,19 @@ def get_datasets(wildcards):
 
 
 def get_report_inputs(wildcards):
-    return {**get_datasets(wildcards), "graphs": get_graphs(wildcards)}
+    quality = {"quality": layout.QUALITY_PARQUET} if GRID.quality else {}
+    return {**get_datasets(wildcards), **quality, "graphs": get_graphs(wildcards)}
 
 
 def get_report_natural_option(wildcards):
     return f"--natural {layout.NATURAL_PARQUET}" if GRID.natural else ""
+
+
+def get_report_dataset_options(wildcards):
+    """The report's --natural and --quality options, each where the study has the dataset:
+    a study without a quality section keeps the report's command line as it was."""
+    quality = f" --quality {layout.QUALITY_PARQUET}" if GRID.quality else ""
+    return get_report_natural_option(wildcards) + quality
 
 
 def get_engine_files(wildcards):
@@ -212,6 +227,7 @@ localrules:
     make_vllm_models,
     build_dataset,
     build_natural_dataset,
+    build_quality_dataset,
     plot_depth_graphs,
     plot_natural_graphs,
     render_report,

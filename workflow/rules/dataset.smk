@@ -36,3 +36,18 @@ rule build_natural_dataset:
     shell:
         "gridbench natural-dataset --grid {params.grid:q}"
         " --csv {output.csv:q} --parquet {output.parquet:q} > {log:q} 2>&1"
+
+
+rule build_quality_dataset:
+    input:
+        get_quality_results,
+    output:
+        csv=layout.QUALITY_CSV,
+        parquet=layout.QUALITY_PARQUET,
+    log:
+        "logs/dataset/build_quality_dataset.log",
+    params:
+        grid=GRID_FILE,
+    shell:
+        "gridbench quality-dataset --grid {params.grid:q}"
+        " --csv {output.csv:q} --parquet {output.parquet:q} > {log:q} 2>&1"

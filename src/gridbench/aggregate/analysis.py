@@ -327,32 +327,37 @@ def _shares_weights(a: ConfigIdentity, b: ConfigIdentity) -> bool:
     return a.model == b.model if any(declared) else True
 
 
-def quantization_comparisons(frame: pd.DataFrame, column: str = "decode_tps") -> list[Speedup]:
-    """Each non-speculative config over the config on the same engine that serves the same
-    model in the most bytes per token (its reference precision), at every depth both
-    measured. Speculation is left out: its acceptance, not the weights, would decide."""
-    cells = cell_index(frame)
-    configs = [c for c in config_identities(frame) if c.speculation_method == "none"]
-    result = []
-    for engine in dict.fromkeys(c.engine for c in configs):
-        on_engine = [c for c in configs if c.engine == engine]
-        claimed: set[str] = set()
+def precision_references(configs: Sequence[ConfigIdentity]) -> dict[str, str]:
+    """Each non-speculative config's reference precision: the config on the same engine that
+    serves the same model in the most bytes per token (a reference is its own). Speculation
+    is left out: its acceptance, not the weights, would decide a speed ratio."""
+    plain = [c for c in configs if c.speculation_method == "none"]
+    references: dict[str, str] = {}
+    for engine in dict.fromkeys(c.engine for c in plain):
+        on_engine = [c for c in plain if c.engine == engine]
         for reference in sorted(on_engine, key=_bytes_per_token, reverse=True):
-            if reference.config in claimed:
+            if reference.config in references:
                 continue
             group = [
                 c
                 for c in on_engine
-                if c.config not in claimed
+                if c.config not in references
                 and c.checkpoint != reference.checkpoint
                 and _shares_weights(c, reference)
             ]
-            claimed.update(c.config for c in [reference, *group])
-            result += [
-                Speedup(c.config, reference.config, ratio_points(cells, c.config, reference.config, column))
-                for c in group
-            ]
-    return result
+            references.update((c.config, reference.config) for c in [reference, *group])
+    return references
+
+
+def quantization_comparisons(frame: pd.DataFrame, column: str = "decode_tps") -> list[Speedup]:
+    """Each non-speculative config over its reference precision (precision_references), at
+    every depth both measured."""
+    cells = cell_index(frame)
+    return [
+        Speedup(config, reference, ratio_points(cells, config, reference, column))
+        for config, reference in precision_references(config_identities(frame)).items()
+        if config != reference
+    ]
 
 
 def _bytes_per_token(config: ConfigIdentity) -> float:
@@ -664,7 +669,7 @@ class ClassAcceptance:
         return self.output_tok_s / self.baseline_tok_s
 
 
-def _plain_twin(config: ConfigIdentity, identities: Sequence[ConfigIdentity]) -> str | None:
+def plain_twin(config: ConfigIdentity, identities: Sequence[ConfigIdentity]) -> str | None:
     """The config serving the same checkpoint on the same engine without speculation."""
     for other in identities:
         if (
@@ -686,7 +691,7 @@ def class_acceptance(natural: pd.DataFrame) -> list[ClassAcceptance]:
     for config in identities:
         if config.speculation_method == "none":
             continue
-        twin = _plain_twin(config, identities)
+        twin = plain_twin(config, identities)
         for (name, prompt_class, concurrency), row in by_cell.items():
             if name != config.config:
                 continue

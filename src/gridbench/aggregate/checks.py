@@ -54,7 +54,13 @@ class Check:
         return f"**warning** — {self.summary}" if self.triggered else f"ok — {self.summary}"
 
 
-def run_checks(dataset: pd.DataFrame, natural: pd.DataFrame | None, study: StudyInfo) -> list[Check]:
+def run_checks(
+    dataset: pd.DataFrame,
+    natural: pd.DataFrame | None,
+    study: StudyInfo,
+    quality: pd.DataFrame | None = None,
+) -> list[Check]:
+    """Every check; the losslessness check only for a study with a quality dataset."""
     bandwidth = study.hardware.memory_bandwidth_gb_s
     return [
         latency_falls_with_load(natural),
@@ -64,6 +70,7 @@ def run_checks(dataset: pd.DataFrame, natural: pd.DataFrame | None, study: Study
         spread_exceeds_effect(dataset, study),
         engine_restarts(dataset, natural),
         cached_context_not_faster(dataset),
+        *([speculation_not_lossless(quality)] if quality is not None else []),
     ]
 
 
@@ -322,4 +329,35 @@ def cached_context_not_faster(dataset: pd.DataFrame) -> Check:
         "The cache missed or bought nothing: prefix caching off or evicted on the engine, a "
         "context shorter than its cache block, or a loaded host; the engine log's prompt token "
         "counts say whether the context was reused.",
+    )
+
+
+# --- (h) greedy speculation that changed an output ---------------------------------------
+
+
+def speculation_not_lossless(quality: pd.DataFrame | None) -> Check:
+    """Speculative configs whose greedy outputs differ from their baseline's: speculative
+    decoding verifies every drafted token against the target, so at temperature 0 it must
+    answer exactly what the baseline answers."""
+    if quality is None or "lossless_mismatches" not in quality:
+        compared = pd.DataFrame()
+    else:
+        compared = quality[quality["lossless_prompts"].fillna(0) > 0]
+    findings = tuple(
+        f"{row.config}: {row.lossless_mismatches} of {row.lossless_prompts} greedy outputs differ "
+        f"from {row.baseline}'s ({row.lossless_mismatched_classes}: prompt class@first differing "
+        f"{'token' if pd.notna(row.lossless_first_difference_tokens) else 'character'})"
+        for row in compared.itertuples()
+        if row.lossless_mismatches > 0
+    )
+    return Check(
+        "speculation not lossless",
+        findings,
+        f"every speculative config's greedy outputs ({len(compared)}) equal its baseline's"
+        if len(compared)
+        else "not checked: no speculative config with a baseline has quality results",
+        "Greedy speculation must change no token: a difference is a verification bug, a draft "
+        "that shares state with the target, or numerics that differ between the batched "
+        "verification and one-token decoding (the engine's batch-invariance); the first "
+        "differing position says where to look.",
     )

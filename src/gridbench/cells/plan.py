@@ -4,13 +4,17 @@ the rules, the CLI, the progress follower and the dataset builders all take thei
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gridbench.cells.kinds import CELL_KINDS, PlannedCell
 from gridbench.cells.kinds.base import KindPlan, Skipped
 from gridbench.cells.kinds.benchy import BENCHY, CACHED, DepthCellPlan
 from gridbench.cells.kinds.natural import NATURAL, NaturalCellPlan
+from gridbench.cells.kinds.quality import QUALITY, QualityCellPlan
 from gridbench.config.grid import Grid, ServingConfig
+from gridbench.errors import ConfigError
+from gridbench.harness.prompts import QualitySettings
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,32 @@ def depth_plan(grid: Grid) -> DepthPlan:
 def natural_plan(grid: Grid) -> NaturalPlan:
     selected = grid.selected()
     return NaturalPlan(configs={c.name: c for c in selected}, cells=NATURAL.plan(grid, selected).cells)
+
+
+@dataclass(frozen=True)
+class QualityPlan:
+    """What the quality dataset reads: the selected configs, their quality cells in run
+    order, the quality settings (the declared reference) and the study's declared baselines."""
+
+    configs: dict[str, ServingConfig]
+    cells: tuple[QualityCellPlan, ...]
+    settings: QualitySettings
+    baselines: Mapping[str, str]  # study.baseline: config -> its declared baseline
+
+
+def quality_plan(grid: Grid) -> QualityPlan:
+    if grid.quality is None:
+        raise ConfigError(
+            f"{grid.source}: the grid has no quality section, so no quality dataset",
+            hint="add a quality: section to the config (docs/config-reference.md#quality)",
+        )
+    selected = grid.selected()
+    return QualityPlan(
+        configs={c.name: c for c in selected},
+        cells=QUALITY.plan(grid, selected).cells,
+        settings=grid.quality,
+        baselines=grid.study.baseline,
+    )
 
 
 @dataclass(frozen=True)

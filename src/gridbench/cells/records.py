@@ -44,13 +44,25 @@ class NaturalInvocation:
 
 
 @dataclass(frozen=True)
+class QualityInvocation:
+    """How a quality cell's greedy requests ran: where they went, one at a time, and its clock."""
+
+    url: str
+    model: str
+    started_at: str
+    finished_at: str
+    wall_s: float
+    greedy_requests: int  # one per prompt; the provenance's key that no other invocation has
+
+
+@dataclass(frozen=True)
 class Measured:
     """What a cell's measurement produced: its output files' bytes and its part of the
     cell's provenance record."""
 
     files: dict[str, bytes]  # by output key ("raw")
     versions: provenance.Versions
-    bench: BenchyInvocation | NaturalInvocation
+    bench: BenchyInvocation | NaturalInvocation | QualityInvocation
     prefix_cache_reset: bool  # whether the engine's prefix cache was emptied before the cell
     spec_decode: Acceptance | None  # None without speculation
 
@@ -118,7 +130,7 @@ class CellProvenance:
     finished_at: str
     versions: provenance.Versions
     # None only in the report fixtures' natural records (tests/synthetic.py), which have no bench
-    bench: BenchyInvocation | NaturalInvocation | None = field(
+    bench: BenchyInvocation | NaturalInvocation | QualityInvocation | None = field(
         default=None, metadata=codec.OMITTED_WHEN_DEFAULT
     )
     prefix_cache_reset: bool  # whether the engine's prefix cache was emptied before the cell
@@ -133,7 +145,7 @@ class FailureRecord:
 
     cell: str  # how messages name the cell
     config: str
-    kind: str  # the cell's kind: "benchy" or "natural"
+    kind: str  # the cell's kind: "benchy", "natural" or "quality"
     coordinates: CellCoordinates = field(metadata=codec.INLINE)
     error_type: str  # the error's class name, or "interrupted"
     reason: str

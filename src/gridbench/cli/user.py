@@ -21,6 +21,7 @@ from gridbench.cli.workflow import (
     write_depth_dataset,
     write_explorer_file,
     write_natural_dataset,
+    write_quality_dataset,
     write_report,
 )
 
@@ -193,9 +194,12 @@ def cmd_finalize(args: argparse.Namespace) -> int:
     if grid.natural:
         natural = write_natural_dataset(grid, root / layout.NATURAL_CSV, root / layout.NATURAL_PARQUET)
         figures.update(plots.natural_figures(natural))
+    quality = None
+    if grid.quality:
+        quality = write_quality_dataset(grid, root / layout.QUALITY_CSV, root / layout.QUALITY_PARQUET)
     graphs = plots.save(figures, root / Path(layout.GRAPH).parent)
     print(f"wrote {len(graphs)} graphs to {root / Path(layout.GRAPH).parent}")
-    write_report(grid, depth, natural, graphs, root / layout.REPORT)
+    write_report(grid, depth, natural, graphs, root / layout.REPORT, quality)
     write_explorer_file(root / layout.EXPLORER, depth, natural, grid)
     return 0
 

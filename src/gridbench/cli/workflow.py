@@ -95,6 +95,27 @@ def cmd_natural_dataset(args: argparse.Namespace) -> int:
     return 0
 
 
+def write_quality_dataset(grid: Grid, csv: Path, parquet: Path) -> pd.DataFrame:
+    from gridbench.aggregate.quality import build_from_plan
+    from gridbench.cells.plan import quality_plan
+
+    frame = build_from_plan(quality_plan(grid), csv=csv, parquet=parquet)
+    print_counts("quality", frame, [csv, parquet])
+    mismatched = frame[frame["lossless_mismatches"].fillna(0) > 0]
+    for row in mismatched.itertuples():
+        print(
+            f"NOT LOSSLESS: {row.config}'s greedy outputs differ from its baseline {row.baseline}'s for "
+            f"{row.lossless_mismatches} of {row.lossless_prompts} prompts "
+            f"({row.lossless_mismatched_classes}: prompt class@first differing position)"
+        )
+    return frame
+
+
+def cmd_quality_dataset(args: argparse.Namespace) -> int:
+    write_quality_dataset(grid_from_json(args.grid), args.csv, args.parquet)
+    return 0
+
+
 def read_frame(path: Path) -> pd.DataFrame:
     import pandas as pd
 
@@ -120,30 +141,38 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
-def _warn_checks(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> None:
+def _warn_checks(
+    grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None, quality: pd.DataFrame | None
+) -> None:
     """Each anomaly check that triggers, in the run's log as well as in the report's Checks."""
     from gridbench.aggregate.checks import run_checks
 
-    for check in run_checks(dataset, natural, grid.study):
+    for check in run_checks(dataset, natural, grid.study, quality):
         if check.triggered:
             print(f"gridbench: warning: {check.summary}", file=sys.stderr)
 
 
 def write_report(
-    grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None, graphs: Sequence[Path], out: Path
+    grid: Grid,
+    dataset: pd.DataFrame,
+    natural: pd.DataFrame | None,
+    graphs: Sequence[Path],
+    out: Path,
+    quality: pd.DataFrame | None = None,
 ) -> None:
     from gridbench.aggregate.report import is_partial, render_report
     from gridbench.util.files import atomic_write_text
 
     links = [Path(os.path.relpath(g, out.parent)).as_posix() for g in graphs]
-    atomic_write_text(out, render_report(grid, dataset, natural, links))
-    _warn_checks(grid, dataset, natural)
+    atomic_write_text(out, render_report(grid, dataset, natural, links, quality))
+    _warn_checks(grid, dataset, natural, quality)
     print(f"wrote {out}{' (PARTIAL: some cells failed)' if is_partial(dataset, natural) else ''}")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     natural = read_frame(args.natural) if args.natural else None
-    write_report(grid_from_json(args.grid), read_frame(args.dataset), natural, args.graphs, args.out)
+    quality = read_frame(args.quality) if args.quality else None
+    write_report(grid_from_json(args.grid), read_frame(args.dataset), natural, args.graphs, args.out, quality)
     return 0
 
 
@@ -223,6 +252,15 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--parquet", required=True, type=Path)
     p.set_defaults(func=cmd_natural_dataset)
 
+    p = sub.add_parser(
+        "quality-dataset",
+        help="compare the quality cells' greedy outputs (reference, baseline) into dataset/quality.*",
+    )
+    p.add_argument("--grid", required=True, type=Path, help=grid_help)
+    p.add_argument("--csv", required=True, type=Path)
+    p.add_argument("--parquet", required=True, type=Path)
+    p.set_defaults(func=cmd_quality_dataset)
+
     p = sub.add_parser("plot", help="draw the graphs of one matrix from its dataset (PNG)")
     p.add_argument(
         "matrix", choices=["depth", "natural"], help="depth: dataset.parquet; natural: natural.parquet"
@@ -236,6 +274,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--grid", required=True, type=Path, help=grid_help)
     p.add_argument("--dataset", required=True, type=Path, help="dataset/dataset.parquet")
     p.add_argument("--natural", type=Path, help="dataset/natural.parquet, when the study has one")
+    p.add_argument("--quality", type=Path, help="dataset/quality.parquet, when the study has one")
     p.add_argument("--graphs", nargs="*", default=[], type=Path, help="PNG files to embed, in order")
     p.add_argument("--out", required=True, type=Path)
     p.set_defaults(func=cmd_report)

@@ -28,7 +28,7 @@ from gridbench.config.grid import (
 )
 from gridbench.engines.kinds import engine_kind
 from gridbench.errors import ConfigError
-from gridbench.harness.prompts import NaturalSettings
+from gridbench.harness.prompts import NaturalSettings, QualitySettings, load_prompts
 from gridbench.util import codec
 from gridbench.util.files import JsonObject
 
@@ -87,6 +87,16 @@ class BenchySection:
 
 
 @dataclass(frozen=True)
+class QualitySection:
+    """The ``quality:`` section as written (None: the default resolve_grid fills in)."""
+
+    prompt_classes: tuple[str, ...] | None = None
+    max_tokens: int = 64
+    reference: str | None = None
+    extra_body: JsonObject = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Filters:
     """``--config engine=a,b`` and its kin, as given (None: no filter)."""
 
@@ -119,6 +129,7 @@ class ConfigSections:
     depths: tuple[int, ...]
     gpu_slots: tuple[str, ...] | None
     natural: NaturalSettings | None = None
+    quality: QualitySection | None = None
     study: StudyInfo = field(default_factory=StudyInfo)
     filters: Filters = field(default_factory=Filters, metadata=codec.INLINE)
 
@@ -143,10 +154,11 @@ def resolve_grid(sections: ConfigSections, source: str) -> Grid:
     _check_prefix_cache_pass(source, prefix_cache_pass, configs)
     benchy = sections.benchy.settings
     _check_every_config_fits_a_cell(source, benchy, configs)
-    if not sections.depths and sections.natural is None:
+    if not sections.depths and sections.natural is None and sections.quality is None:
         raise ConfigError(
-            f"{source}: the study measures nothing: depths is empty and there is no natural section",
-            hint="list llama-benchy depths, or add a natural: section (or both)",
+            f"{source}: the study measures nothing: depths is empty and there is no natural section "
+            "(nor a quality section)",
+            hint="list llama-benchy depths, or add a natural: or quality: section",
         )
     allowed: dict[FilterKey, list[str]] = {
         "config": list(configs),
@@ -160,6 +172,7 @@ def resolve_grid(sections: ConfigSections, source: str) -> Grid:
         depths=tuple(sorted(sections.depths)),
         benchy=benchy,
         natural=sections.natural,
+        quality=_quality(sections.quality, sections.natural, configs, source),
         study=sections.study,
         gpu_slots=sections.gpu_slots or None,
         prefix_cache_pass=prefix_cache_pass,
@@ -246,6 +259,35 @@ def _check_every_config_fits_a_cell(
                 f"configs.{name}'s max_model_len {cfg.serving.max_model_len}: no cell could run",
                 hint="lower benchy.pp/tg or raise serving.max_model_len",
             )
+
+
+def _quality(
+    section: QualitySection | None,
+    natural: NaturalSettings | None,
+    configs: Mapping[str, ServingConfig],
+    source: str,
+) -> QualitySettings | None:
+    """The quality section with its classes and prompt file filled in: the natural section's,
+    else every packaged class; a declared reference must be a config."""
+    if section is None:
+        return None
+    if section.reference is not None and section.reference not in configs:
+        raise ConfigError(
+            f"{source}: key quality.reference: unknown config {section.reference!r}; "
+            f"allowed values: {', '.join(configs)}",
+            hint="name a config declared under configs, or drop quality.reference",
+        )
+    prompt_file = natural.prompt_file if natural else None
+    classes = section.prompt_classes or (
+        natural.prompt_classes if natural else tuple(load_prompts(prompt_file))
+    )
+    return QualitySettings(
+        prompt_classes=classes,
+        prompt_file=prompt_file,
+        max_tokens=section.max_tokens,
+        reference=section.reference,
+        extra_body=section.extra_body,
+    )
 
 
 def _filter_values(key: FilterKey, raw: object, allowed: list[str], source: str) -> tuple[str, ...]:

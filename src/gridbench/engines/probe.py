@@ -26,12 +26,14 @@ def http_get(url: str, timeout: float = 5.0, headers: Mapping[str, str] | None =
         return 0, ""
 
 
-def http_post(url: str, timeout: float = 10.0, headers: Mapping[str, str] | None = None) -> tuple[int, str]:
-    """(status, body) of a POST of an empty JSON object, all that the engines' control
-    endpoints (vLLM's /reset_prefix_cache) take; status 0 when nothing answers."""
+def http_post(
+    url: str, timeout: float = 10.0, headers: Mapping[str, str] | None = None, body: bytes = b"{}"
+) -> tuple[int, str]:
+    """(status, body) of a POST of a JSON body: an empty object by default, all that the
+    engines' control endpoints (vLLM's /reset_prefix_cache) take; status 0 when nothing answers."""
     request = urllib.request.Request(
         url,
-        data=b"{}",
+        data=body,
         method="POST",
         headers={"Content-Type": "application/json", **dict(headers or {})},
     )

@@ -38,6 +38,18 @@ class NaturalSettings:
     processes: int | str = field(default=AUTO_PROCESSES, metadata=codec.OMITTED_WHEN_DEFAULT)
 
 
+@dataclass(frozen=True)
+class QualitySettings:
+    """The config's ``quality`` section, resolved: the prompt classes and file its cells send
+    (the natural section's when it names none), and the reference config, if declared."""
+
+    prompt_classes: tuple[str, ...]
+    prompt_file: str | None
+    max_tokens: int
+    reference: str | None
+    extra_body: JsonObject
+
+
 # the schema has checked it: "auto" or a count, as written
 codec.converter.register_structure_hook(int | str, lambda value, _: value)
 
@@ -70,14 +82,15 @@ def load_prompts(prompt_file: str | Path | None) -> dict[str, str]:
     return prompts
 
 
-def resolve_prompts(settings: NaturalSettings) -> dict[str, str]:
+def resolve_prompts(settings: NaturalSettings | QualitySettings) -> dict[str, str]:
     """The prompt of every class the study runs; an unknown class is a config error."""
+    section = "natural" if isinstance(settings, NaturalSettings) else "quality"
     prompts = load_prompts(settings.prompt_file)
     unknown = [c for c in settings.prompt_classes if c not in prompts]
     if unknown:
         raise ConfigError(
-            f"natural.prompt_classes: unknown class {', '.join(unknown)}; "
+            f"{section}.prompt_classes: unknown class {', '.join(unknown)}; "
             f"allowed values: {', '.join(prompts)}",
-            hint="fix natural.prompt_classes or add the class to natural.prompt_file",
+            hint=f"fix {section}.prompt_classes or add the class to natural.prompt_file",
         )
     return {c: prompts[c] for c in settings.prompt_classes}

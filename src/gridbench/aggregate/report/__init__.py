@@ -38,8 +38,10 @@ def render_report(
     dataset: pd.DataFrame,
     natural: pd.DataFrame | None = None,
     graphs: Sequence[str] = (),
+    quality: pd.DataFrame | None = None,
 ) -> str:
-    """The whole comparison.md. ``graphs`` are links to the PNG files, relative to the report."""
+    """The whole comparison.md. ``graphs`` are links to the PNG files, relative to the report;
+    ``quality`` (the quality dataset, with a quality section) adds its check."""
     study = grid.study
     # plain object columns: the many small selections below run ~3x faster than on Arrow
     # strings and nullable dtypes, and every value renders the same
@@ -48,8 +50,8 @@ def render_report(
     sections = [
         f"# {study.title or 'gridbench comparison'}",
         partial_banner(dataset, natural),
-        "## Verdict\n\n" + verdict(grid, dataset, natural),
-        "## Checks\n\n" + checks_section(grid, dataset, natural),
+        "## Verdict\n\n" + verdict(grid, dataset, natural, quality),
+        "## Checks\n\n" + checks_section(grid, dataset, natural, quality),
         phenomena_section(grid, dataset, natural),
         "## Method\n\n" + method(grid, dataset, natural),
         "## Environment and provenance\n\n" + environment(grid, dataset, natural),

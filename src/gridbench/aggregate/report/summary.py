@@ -39,13 +39,15 @@ def weighed_verdict_lines(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFra
     return lines + [f"{MECHANISM_CHECK}: {line}" for line in mechanism]
 
 
-def verdict(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
+def verdict(
+    grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None, quality: pd.DataFrame | None = None
+) -> str:
     lines = weighed_verdict_lines(grid, dataset, natural)
     tally = tally_line(judged(grid, dataset, natural))
     if tally:
         lines.insert(0, tally)
     # a caveat belongs next to the conclusions it qualifies, not only further down
-    checks = run_checks(dataset, natural, grid.study)
+    checks = run_checks(dataset, natural, grid.study, quality)
     warned = [check.title for check in checks if check.triggered]
     if warned:
         lines.append(
@@ -56,8 +58,10 @@ def verdict(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> 
     return "\n".join(f"- {line}" for line in lines)
 
 
-def checks_section(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
-    lines = [f"- {check.line}" for check in run_checks(dataset, natural, grid.study)]
+def checks_section(
+    grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None, quality: pd.DataFrame | None = None
+) -> str:
+    lines = [f"- {check.line}" for check in run_checks(dataset, natural, grid.study, quality)]
     return (
         "What an expert would question before trusting these numbers; a warning names the cells "
         "and, where known, what typically causes it.\n\n" + "\n".join(lines)

@@ -1,6 +1,7 @@
 """The cell kinds a sweep runs, one module each, registered here in each config's run order:
-its llama-benchy depths, its natural-prompt matrix, then its prefix-cache pass (whose engine
-has the prefix cache on, so it replaces the config's cold engine once, at the end).
+its llama-benchy depths, its natural-prompt matrix, its greedy quality cell, then its
+prefix-cache pass (whose engine has the prefix cache on, so it replaces the config's cold
+engine once, at the end).
 
 Adding a kind is one module with a ``CellKind`` subclass and its planned and running cell
 records, a line below, and one rule in workflow/rules/ whose outputs are its patterns.
@@ -13,8 +14,11 @@ import re
 from gridbench.cells.kinds.base import Cell, CellKind, PlannedCell
 from gridbench.cells.kinds.benchy import BENCHY, CACHED
 from gridbench.cells.kinds.natural import NATURAL
+from gridbench.cells.kinds.quality import QUALITY
 
-CELL_KINDS: dict[str, CellKind[PlannedCell]] = {kind.name: kind for kind in (BENCHY, NATURAL, CACHED)}
+CELL_KINDS: dict[str, CellKind[PlannedCell]] = {
+    kind.name: kind for kind in (BENCHY, NATURAL, QUALITY, CACHED)
+}
 
 
 def cell_kind(name: str) -> CellKind[PlannedCell]:

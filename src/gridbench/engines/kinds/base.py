@@ -6,6 +6,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from gridbench.engines import probe
@@ -38,6 +39,9 @@ class EngineKind(ABC):
     closes_streamed_connections: bool = False
     label: str  # how the report names the server
     load_inversion_cause: LoadInversionCause | None = None
+    # what a chat request adds so that its response's logprobs name each generated token's id
+    # (a quality cell compares greedy outputs token by token; without ids, by characters)
+    token_id_fields: Mapping[str, bool] = MappingProxyType({})
 
     @abstractmethod
     def serve_args(self, cfg: ServingConfig, host: str, port: int) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from gridbench.engines import probe
@@ -45,6 +46,8 @@ class VLLM(EngineKind):
     metrics_prefix = "vllm:"
     version_path = "/version"
     version_key = "version"
+    # its logprobs then name each token "token_id:N" in place of its text
+    token_id_fields = MappingProxyType({"return_tokens_as_token_ids": True})
 
     def serve_args(self, cfg: ServingConfig, host: str, port: int) -> list[str]:
         """``vllm serve`` flags, in the order the seeds' drivers wrote them."""

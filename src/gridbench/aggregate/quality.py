@@ -1,0 +1,349 @@
+"""The quality dataset: one row per config, its greedy outputs (the quality cells' raw JSON,
+schema ``gridbench.quality.v1``) compared prompt by prompt
+
+- with its reference: the study's ``quality.reference``, else the config on the same engine
+  serving the same weights in the most bytes per token without speculation (the quantization
+  comparison's reference precision; a speculative config takes its baseline's);
+- for a speculative config, with its baseline (``study.baseline``, else the same engine and
+  checkpoint without speculation): greedy speculation must change no output, so every
+  differing prompt is a losslessness mismatch.
+
+Outputs are compared by token ids where both cells have them, else by characters; each
+position column names its unit, and positions count from 0. ``rows_from_results`` and the
+comparisons are pure; the files are read and written only by ``build_from_plan``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from gridbench.aggregate import dataset
+from gridbench.aggregate.analysis import plain_twin, precision_references
+from gridbench.aggregate.records import (
+    CellFailure,
+    ConfigIdentity,
+    Failure,
+    MeasuredCell,
+    Provenance,
+    read_cells,
+    row_columns,
+    typed_document,
+)
+from gridbench.cells.kinds.quality import QualityCellPlan
+from gridbench.cells.plan import QualityPlan
+from gridbench.errors import ResultFileError
+from gridbench.harness.greedy import SCHEMA, GreedyOutput, QualityResult
+
+TOKENS = "tokens"
+CHARACTERS = "characters"
+
+
+# --- one prompt's two outputs, and a config's against another's ---------------------------
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Two greedy outputs of one prompt, position by position in ``unit``."""
+
+    first_difference: int | None  # the first position where they differ; None: identical
+    matched: int  # positions where both hold the same token (or character)
+    length: int  # the longer output's
+
+    @property
+    def identical(self) -> bool:
+        return self.first_difference is None
+
+
+def divergence(output: Sequence[object], reference: Sequence[object]) -> Divergence:
+    """Where two sequences part: the first differing position (the shorter one's length when
+    one is a prefix of the other), and how many positions agree."""
+    matched = sum(a == b for a, b in zip(output, reference, strict=False))
+    first = next((i for i, (a, b) in enumerate(zip(output, reference, strict=False)) if a != b), None)
+    if first is None and len(output) != len(reference):
+        first = min(len(output), len(reference))
+    return Divergence(first, matched, max(len(output), len(reference)))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A config's outputs against another config's, over the prompts both were sent."""
+
+    unit: str  # TOKENS where every output of both has token ids, else CHARACTERS
+    by_class: dict[str, Divergence]  # in the config's prompt order
+
+    @property
+    def mismatched(self) -> dict[str, int]:
+        """Each differing prompt's class and first differing position."""
+        return {c: d.first_difference for c, d in self.by_class.items() if d.first_difference is not None}
+
+    @property
+    def identical_share(self) -> float | None:
+        if not self.by_class:
+            return None
+        return 1 - len(self.mismatched) / len(self.by_class)
+
+    @property
+    def mean_first_difference(self) -> float | None:
+        """Over the differing prompts only (an identical one has no such position)."""
+        positions = list(self.mismatched.values())
+        return sum(positions) / len(positions) if positions else None
+
+    @property
+    def match_share(self) -> float | None:
+        """Positions holding the same unit in both, of all positions (the longer output's)."""
+        length = sum(d.length for d in self.by_class.values())
+        if not self.by_class:
+            return None
+        return sum(d.matched for d in self.by_class.values()) / length if length else 1.0
+
+
+def compare(outputs: Sequence[GreedyOutput], reference: Sequence[GreedyOutput]) -> Comparison:
+    """The prompts both cells answered (same class, same prompt text), compared by token ids
+    where all of them have ids, else by the texts' characters."""
+    theirs = {o.prompt_class: o for o in reference}
+    pairs = [(o, theirs[o.prompt_class]) for o in outputs if o.prompt_class in theirs]
+    pairs = [(o, r) for o, r in pairs if o.prompt == r.prompt]
+    by_tokens = all(o.token_ids is not None and r.token_ids is not None for o, r in pairs)
+    return Comparison(
+        unit=TOKENS if by_tokens else CHARACTERS,
+        by_class={o.prompt_class: divergence(*_units(o, r, by_tokens)) for o, r in pairs},
+    )
+
+
+def _units(
+    output: GreedyOutput, reference: GreedyOutput, by_tokens: bool
+) -> tuple[Sequence[object], Sequence[object]]:
+    if by_tokens and output.token_ids is not None and reference.token_ids is not None:
+        return output.token_ids, reference.token_ids
+    return output.text, reference.text
+
+
+# --- whom a config is compared with ----------------------------------------------------
+
+
+def references(plan: QualityPlan) -> dict[str, str]:
+    """Each config's reference, where it has one: the declared one, else its reference
+    precision (a speculative config: its baseline's)."""
+    if plan.settings.reference is not None:
+        return dict.fromkeys(plan.configs, plan.settings.reference)
+    precision = precision_references([ConfigIdentity.from_config(c) for c in plan.configs.values()])
+    speculative = baselines(plan)
+    found = {}
+    for name in plan.configs:
+        plain = name if name in precision else speculative.get(name)
+        if plain is not None and plain in precision:
+            found[name] = precision[plain]
+    return found
+
+
+def baselines(plan: QualityPlan) -> dict[str, str]:
+    """Each speculative config's baseline: the declared one, else the same engine and
+    checkpoint without speculation."""
+    identities = [ConfigIdentity.from_config(c) for c in plan.configs.values()]
+    found = {}
+    for identity in identities:
+        if identity.speculation_method == "none":
+            continue
+        baseline = plan.baselines.get(identity.config) or plain_twin(identity, identities)
+        if baseline is not None and baseline in plan.configs and baseline != identity.config:
+            found[identity.config] = baseline
+    return found
+
+
+# --- the rows ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The config's own greedy outputs."""
+
+    prompts: int | None = None
+    max_tokens: int | None = None
+    outputs_with_token_ids: int | None = None  # the rest are compared by characters
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Greedy agreement with the reference, at temperature 0, over the prompts both answered;
+    positions in tokens, or (an output without token ids) in characters."""
+
+    reference: str | None = None
+    agreement_unit: str | None = None  # "tokens" or "characters"
+    agreement_prompts: int | None = None
+    identical_outputs_pct: float | None = None
+    first_difference_mean_tokens: float | None = None  # over the differing prompts, from 0
+    first_difference_mean_chars: float | None = None
+    token_match_pct: float | None = None  # positions holding the same token, of all
+    char_match_pct: float | None = None
+    agreement_note: str | None = None  # why there are no numbers, when there are none
+
+
+@dataclass(frozen=True)
+class Losslessness:
+    """A speculative config's greedy outputs against its baseline's: each differing prompt
+    is a mismatch (greedy speculation must change nothing)."""
+
+    baseline: str | None = None
+    lossless_prompts: int | None = None
+    lossless_mismatches: int | None = None
+    lossless_first_difference_tokens: int | None = None  # the earliest of the mismatches, from 0
+    lossless_first_difference_chars: int | None = None
+    lossless_mismatched_classes: str | None = None  # "code@12, prose@3": class@position
+    lossless_note: str | None = None
+
+
+@dataclass(frozen=True)
+class QualityRow:
+    """One row of the quality dataset: a config."""
+
+    config: ConfigIdentity
+    status: dataset.Status
+    outputs: Outputs | None = None
+    agreement: Agreement | None = None
+    losslessness: Losslessness | None = None
+    provenance: Provenance | None = None
+    failure: Failure | None = None
+    files: dataset.Files | None = None
+
+
+COLUMNS = row_columns(QualityRow)
+INTEGERS = [
+    "num_speculative_tokens",
+    "prompts",
+    "max_tokens",
+    "outputs_with_token_ids",
+    "agreement_prompts",
+    "lossless_prompts",
+    "lossless_mismatches",
+    "lossless_first_difference_tokens",
+    "lossless_first_difference_chars",
+    "gpu_count",
+    "exit_code",
+]
+FLOATS = [
+    "active_weight_gb",
+    "identical_outputs_pct",
+    "first_difference_mean_tokens",
+    "first_difference_mean_chars",
+    "token_match_pct",
+    "char_match_pct",
+    *[c for c in dataset.FLOAT_COLUMNS if c in dataset.PROVENANCE],
+]
+
+
+def agreement(
+    name: str, reference: str | None, results: Mapping[str, MeasuredCell[QualityResult]]
+) -> Agreement:
+    if reference is None:
+        return Agreement(agreement_note="no reference: no config serves the same weights without speculation")
+    theirs = results.get(reference)
+    if theirs is None:
+        return Agreement(reference, agreement_note=f"the reference {reference} has no quality result")
+    found = compare(results[name].output.outputs, theirs.output.outputs)
+    if not found.by_class:
+        return Agreement(reference, agreement_note=f"no prompt was sent to both {name} and {reference}")
+    by_tokens = found.unit == TOKENS
+    mean, match = found.mean_first_difference, _pct(found.match_share)
+    return Agreement(
+        reference=reference,
+        agreement_unit=found.unit,
+        agreement_prompts=len(found.by_class),
+        identical_outputs_pct=_pct(found.identical_share),
+        first_difference_mean_tokens=mean if by_tokens else None,
+        first_difference_mean_chars=None if by_tokens else mean,
+        token_match_pct=match if by_tokens else None,
+        char_match_pct=None if by_tokens else match,
+    )
+
+
+def losslessness(
+    name: str, baseline: str, results: Mapping[str, MeasuredCell[QualityResult]]
+) -> Losslessness:
+    theirs = results.get(baseline)
+    if theirs is None:
+        return Losslessness(baseline, lossless_note=f"the baseline {baseline} has no quality result")
+    found = compare(results[name].output.outputs, theirs.output.outputs)
+    mismatched = found.mismatched
+    first = min(mismatched.values(), default=None)
+    by_tokens = found.unit == TOKENS
+    return Losslessness(
+        baseline=baseline,
+        lossless_prompts=len(found.by_class),
+        lossless_mismatches=len(mismatched),
+        lossless_first_difference_tokens=first if by_tokens else None,
+        lossless_first_difference_chars=None if by_tokens else first,
+        lossless_mismatched_classes=", ".join(f"{c}@{p}" for c, p in mismatched.items()) or None,
+        lossless_note=None if found.by_class else f"no prompt was sent to both {name} and {baseline}",
+    )
+
+
+def _pct(share: float | None) -> float | None:
+    return None if share is None else round(100 * share, 3)
+
+
+def rows_from_results(
+    plan: QualityPlan,
+    results: Mapping[str, MeasuredCell[QualityResult]],
+    failures: Mapping[str, CellFailure],
+) -> list[QualityRow]:
+    chosen, speculative = references(plan), baselines(plan)
+    rows = []
+    for cell in plan.cells:
+        identity = ConfigIdentity.from_config(plan.configs[cell.config])
+        result = results.get(cell.config)
+        if result is None:
+            failure = failures.get(cell.config)
+            rows.append(
+                QualityRow(
+                    identity,
+                    dataset.Status("failed", (failure.reason if failure else None) or dataset.NOT_RUN),
+                    failure=failure.details if failure else None,
+                    files=dataset.Files(
+                        failure_path=dataset.failure_path(cell, failure), log_path=cell.files.log
+                    ),
+                )
+            )
+            continue
+        outputs = result.output.outputs
+        baseline = speculative.get(cell.config)
+        rows.append(
+            QualityRow(
+                identity,
+                dataset.Status("ok"),
+                Outputs(
+                    prompts=len(outputs),
+                    max_tokens=result.output.max_tokens,
+                    outputs_with_token_ids=sum(o.token_ids is not None for o in outputs),
+                ),
+                agreement(cell.config, chosen.get(cell.config), results),
+                losslessness(cell.config, baseline, results) if baseline else None,
+                result.provenance.provenance,
+                files=dataset.Files(cell.files.raw, cell.files.provenance, log_path=cell.files.log),
+            )
+        )
+    return rows
+
+
+def to_frame(rows: Sequence[QualityRow]) -> pd.DataFrame:
+    return dataset.typed_frame(rows, COLUMNS, integers=INTEGERS, floats=FLOATS)
+
+
+def parse_result(document: object, cell: QualityCellPlan) -> QualityResult:
+    """A quality cell's result; ResultFileError for one that is not this cell's."""
+    if not isinstance(document, Mapping) or document.get("schema") != SCHEMA:
+        raise ResultFileError(f"not a quality result (schema {SCHEMA})")
+    result = typed_document(QualityResult, document, f"not a quality result (schema {SCHEMA})")
+    if result.config != cell.config:
+        raise ResultFileError(f"holds config {result.config}'s outputs, expected {cell.config}'s")
+    return result
+
+
+def build_from_plan(plan: QualityPlan, *, csv: Path, parquet: Path) -> pd.DataFrame:
+    results, failures = read_cells(plan.cells, lambda cell: cell.config, parse_result)
+    frame = to_frame(rows_from_results(plan, results, failures))
+    dataset.write_frame(frame, csv=csv, parquet=parquet)
+    return frame

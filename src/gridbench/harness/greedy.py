@@ -1,0 +1,161 @@
+"""Greedy requests for the quality cells: one non-streamed chat completion per prompt at
+temperature 0, its output text and (where the engine names them) its generated token ids.
+
+The standard library's HTTP client only: the plan imports the quality kind on every
+Snakemake run, and one request at a time needs no event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import cattrs
+
+from gridbench.engines import probe
+from gridbench.engines.kinds import engine_kind
+from gridbench.util import codec
+from gridbench.util.files import JsonObject
+
+if TYPE_CHECKING:
+    from gridbench.config.grid import ServingConfig
+
+LOAD_GENERATOR = "gridbench-greedy"
+SCHEMA = "gridbench.quality.v1"
+# one greedy answer of a few dozen tokens; a server still busy after this is broken
+REQUEST_TIMEOUT_S = 600.0
+# vLLM's logprobs name a token so when asked to (return_tokens_as_token_ids)
+_TOKEN_ID_TEXT = re.compile(r"token_id:(\d+)")
+
+
+@dataclass(frozen=True)
+class GreedySettings:
+    """What every request of a quality cell shares (the quality section less what only the
+    dataset reads, so a changed reference re-measures nothing)."""
+
+    max_tokens: int
+    extra_body: JsonObject
+
+
+@dataclass(frozen=True)
+class LogprobToken:
+    """One generated token of a response's logprobs: llama.cpp names its id, vLLM its
+    "token_id:N" text when asked."""
+
+    token: str
+    id: int | None = None
+
+    @property
+    def token_id(self) -> int | None:
+        if self.id is not None:
+            return self.id
+        named = _TOKEN_ID_TEXT.fullmatch(self.token)
+        return int(named.group(1)) if named else None
+
+
+@dataclass(frozen=True)
+class ChoiceLogprobs:
+    content: tuple[LogprobToken, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    content: str | None = None
+
+
+@dataclass(frozen=True)
+class ChatChoice:
+    message: ChatMessage
+    finish_reason: str | None = None
+    logprobs: ChoiceLogprobs | None = None
+
+
+@dataclass(frozen=True)
+class ChatUsage:
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class ChatCompletion:
+    """The parts of an OpenAI chat completion a greedy output needs."""
+
+    choices: tuple[ChatChoice, ...]
+    usage: ChatUsage | None = None
+
+
+@dataclass(frozen=True)
+class GreedyOutput:
+    """One prompt's greedy answer, as a quality result lists it."""
+
+    prompt_class: str
+    prompt: str  # as sent: outputs are compared only between cells given the same prompt
+    text: str
+    token_ids: tuple[int, ...] | None  # None where the engine named no token ids
+    finish_reason: str | None
+    output_tokens: int | None  # the usage block's count, where the engine gave one
+
+
+@dataclass(frozen=True)
+class QualityResult:
+    """A quality cell's raw result: every prompt's greedy output, in the study's class order."""
+
+    schema: str
+    config: str
+    max_tokens: int
+    outputs: tuple[GreedyOutput, ...]
+
+
+class GreedyRequestError(Exception):
+    """A request the engine did not answer with a chat completion."""
+
+
+def request_body(prompt: str, settings: GreedySettings, cfg: ServingConfig) -> bytes:
+    """The request's JSON body: the quality section's and the config's extra fields, under
+    the greedy cell's own (temperature 0, its max_tokens, one logprob per token)."""
+    body = {
+        **settings.extra_body,
+        **cfg.bench_extra_body,
+        "model": cfg.checkpoint.served_model_name,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": settings.max_tokens,
+        "temperature": 0,
+        # llama.cpp answers logprobs only with at least one top logprob
+        "logprobs": True,
+        "top_logprobs": 1,
+        **engine_kind(cfg.engine.kind).token_id_fields,
+        "stream": False,
+    }
+    return json.dumps(body).encode()
+
+
+def greedy_output(prompt_class: str, prompt: str, status: int, text: str) -> GreedyOutput:
+    """The output an engine's answer holds; a GreedyRequestError says why it holds none."""
+    if status != 200:
+        raise GreedyRequestError(f"HTTP {status or 'no answer'}: {text[:300]}")
+    try:
+        completion = codec.from_json(ChatCompletion, json.loads(text))
+    except (json.JSONDecodeError, cattrs.BaseValidationError, TypeError) as err:
+        raise GreedyRequestError(f"not a chat completion ({err}): {text[:300]}") from err
+    if not completion.choices:
+        raise GreedyRequestError(f"a chat completion without choices: {text[:300]}")
+    choice = completion.choices[0]
+    tokens = choice.logprobs.content if choice.logprobs else None
+    ids = [t.token_id for t in tokens] if tokens is not None else [None]
+    return GreedyOutput(
+        prompt_class=prompt_class,
+        prompt=prompt,
+        text=choice.message.content or "",
+        token_ids=None if None in ids else tuple(i for i in ids if i is not None),
+        finish_reason=choice.finish_reason,
+        output_tokens=completion.usage.completion_tokens if completion.usage else None,
+    )
+
+
+def send(base_url: str, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
+    """(status, body) of one chat completion request."""
+    return probe.http_post(
+        base_url + "/v1/chat/completions", timeout=REQUEST_TIMEOUT_S, headers=headers, body=body
+    )

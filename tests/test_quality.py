@@ -1,0 +1,286 @@
+"""The quality kind: greedy outputs per config, compared with a reference and (speculative
+configs) with a baseline. The numbers are checked against counts made by hand here; the
+cells run on llama.cpp's own server (xllamacpp), in-process and through Snakemake."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, free_port, load_yaml, sweep_logs, write_config
+from gridbench.aggregate.checks import speculation_not_lossless
+from gridbench.aggregate.quality import rows_from_results, to_frame
+from gridbench.aggregate.records import MeasuredCell, ProvenanceRecord, RecordedProvenance
+from gridbench.cells.context import cell_from_grid
+from gridbench.cells.plan import quality_plan, run_order, sweep_plan
+from gridbench.cells.run import run_cell
+from gridbench.config.grid import Grid
+from gridbench.config.loading import load_grid
+from gridbench.engines.manager import SlotManager
+from gridbench.errors import ConfigError
+from gridbench.harness.greedy import SCHEMA, GreedyOutput, QualityResult
+from test_workflow import snakemake
+
+CONFIGS = ("D_f16_n0", "D_f16_draft4", "D_q8_0_n0", "D_q8_0_draft4")
+
+
+def mechanism(quality: dict | None = None, port: int | None = None, **changes: object) -> Grid:
+    config = load_yaml(REPO / "config/mechanism.yaml")
+    config["engines"]["llamacpp"]["port"] = port or free_port()
+    if quality is not None:
+        config["quality"] = quality
+    config.update(changes)
+    return load_grid(config, "mechanism.yaml")
+
+
+# --- the config section -----------------------------------------------------------------
+
+
+def test_without_a_quality_section_the_plan_and_run_order_are_as_before():
+    grid = mechanism()
+    assert grid.quality is None and "quality" not in grid.document
+    assert sweep_plan(grid).kinds["quality"].cells == ()
+    assert run_order(grid).coordinate_ranks["quality"] == {}
+
+
+def test_a_quality_section_adds_one_cell_per_config_with_the_natural_classes_by_default():
+    grid = mechanism({})
+    assert grid.quality is not None and grid.quality.prompt_classes == ("code", "prose")
+    assert grid.quality.max_tokens == 64
+    cells = sweep_plan(grid).kinds["quality"].cells
+    assert [(c.config, c.files.raw, c.expected_requests) for c in cells] == [
+        (name, f"results/quality/{name}.json", 2) for name in CONFIGS
+    ]
+    # every packaged class without a natural section
+    without_natural = load_yaml(REPO / "config/mechanism.yaml")
+    del without_natural["natural"]
+    without_natural["quality"] = {"max_tokens": 8}
+    alone = load_grid(without_natural, "mechanism.yaml")
+    assert alone.quality is not None
+    assert alone.quality.prompt_classes == ("code", "reasoning", "dialogue", "prose")
+    # a config's quality cell runs after its natural cells, before its prefix-cache pass
+    order = run_order(grid)
+    quality = order.priority("D_q8_0_n0", "quality", ())
+    assert order.priority("D_q8_0_n0", "natural", ("prose", "4")) > quality
+    assert quality > order.priority("D_q8_0_n0", "benchy-cached", ("256",))
+
+
+def test_an_unknown_reference_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"quality\.reference: unknown config 'D_bf16'"):
+        mechanism({"reference": "D_bf16"})
+
+
+def test_a_changed_reference_reruns_no_cell(tmp_path, monkeypatch):
+    """The reference is the dataset's business: the cells' context file stays the same."""
+    monkeypatch.chdir(tmp_path)
+    one = cell_from_grid(mechanism({}, port=18400), "quality", "D_q8_0_n0", ["cpu"])
+    other = cell_from_grid(mechanism({"reference": "D_q8_0_n0"}, port=18400), "quality", "D_q8_0_n0", ["cpu"])
+    assert one == other and len(list(Path(".gridbench/contexts").iterdir())) == 1
+
+
+# --- the numbers, against counts made by hand --------------------------------------------
+
+
+def greedy(prompt_class: str, text: str, ids: tuple[int, ...] | None) -> GreedyOutput:
+    return GreedyOutput(prompt_class, f"the {prompt_class} prompt", text, ids, "length", len(text))
+
+
+def measured(config: str, *outputs: GreedyOutput) -> MeasuredCell[QualityResult]:
+    result = QualityResult(SCHEMA, config, 8, outputs)
+    return MeasuredCell(result, ProvenanceRecord.from_recorded(RecordedProvenance()))
+
+
+def quality_frame(grid: Grid, results: dict[str, MeasuredCell[QualityResult]]) -> pd.DataFrame:
+    return to_frame(rows_from_results(quality_plan(grid), results, {})).set_index("config")
+
+
+REFERENCE = (
+    greedy("code", "a b c d", (1, 2, 3, 4)),
+    greedy("prose", "e f", (5, 6)),
+    greedy("dialogue", "g h", (8, 9)),
+)
+
+
+def test_agreement_and_losslessness_are_the_hand_counted_numbers():
+    grid = mechanism({"prompt_classes": ["code", "prose", "dialogue"]})
+    results = {
+        "D_f16_n0": measured("D_f16_n0", *REFERENCE),
+        # code differs at token 2 (3 of 4 positions match), prose runs one token longer (2 of 3),
+        # dialogue is identical (2 of 2)
+        "D_q8_0_n0": measured(
+            "D_q8_0_n0",
+            greedy("code", "a b X d", (1, 2, 7, 4)),
+            greedy("prose", "e f i", (5, 6, 10)),
+            greedy("dialogue", "g h", (8, 9)),
+        ),
+        "D_f16_draft4": measured("D_f16_draft4", *REFERENCE),
+        # its baseline is D_q8_0_n0: only dialogue differs, at token 0
+        "D_q8_0_draft4": measured(
+            "D_q8_0_draft4",
+            greedy("code", "a b X d", (1, 2, 7, 4)),
+            greedy("prose", "e f i", (5, 6, 10)),
+            greedy("dialogue", "Z h", (11, 9)),
+        ),
+    }
+    frame = quality_frame(grid, results)
+
+    # every config against the F16 plain config: the most bytes per token of the same weights
+    assert frame["reference"].to_dict() == dict.fromkeys(CONFIGS, "D_f16_n0")
+    assert set(frame["agreement_unit"]) == {"tokens"}
+    q8 = frame.loc["D_q8_0_n0"]
+    assert q8["agreement_prompts"] == 3
+    assert q8["identical_outputs_pct"] == pytest.approx(100 * 1 / 3, abs=1e-3)
+    assert q8["first_difference_mean_tokens"] == pytest.approx((2 + 2) / 2)
+    assert q8["token_match_pct"] == pytest.approx(100 * (3 + 2 + 2) / (4 + 3 + 2), abs=1e-3)
+    assert pd.isna(q8["first_difference_mean_chars"]) and pd.isna(q8["baseline"])
+    reference = frame.loc["D_f16_n0"]
+    assert (reference["identical_outputs_pct"], reference["token_match_pct"]) == (100, 100)
+    assert pd.isna(reference["first_difference_mean_tokens"])  # no prompt differs
+
+    draft = frame.loc["D_q8_0_draft4"]
+    assert draft["baseline"] == "D_q8_0_n0"
+    assert (draft["lossless_prompts"], draft["lossless_mismatches"]) == (3, 1)
+    assert draft["lossless_first_difference_tokens"] == 0
+    assert draft["lossless_mismatched_classes"] == "dialogue@0"
+    assert draft["identical_outputs_pct"] == pytest.approx(0)  # against D_f16_n0: all differ
+    assert frame.loc["D_f16_draft4", "lossless_mismatches"] == 0
+
+    check = speculation_not_lossless(frame.reset_index())
+    assert check.triggered and len(check.findings) == 1
+    assert check.findings[0].startswith("D_q8_0_draft4: 1 of 3 greedy outputs differ from D_q8_0_n0's")
+    assert "dialogue@0" in check.findings[0] and "token" in check.findings[0]
+
+
+def test_without_token_ids_the_outputs_are_compared_by_characters():
+    grid = mechanism({"prompt_classes": ["code"], "reference": "D_q8_0_n0"})
+    results = {
+        "D_q8_0_n0": measured("D_q8_0_n0", greedy("code", "abcd", None)),
+        "D_f16_n0": measured("D_f16_n0", greedy("code", "abXdZ", (1, 2))),
+    }
+    frame = quality_frame(grid, results)
+    f16 = frame.loc["D_f16_n0"]
+    assert f16["reference"] == "D_q8_0_n0" and f16["agreement_unit"] == "characters"
+    assert f16["first_difference_mean_chars"] == 2 and pd.isna(f16["first_difference_mean_tokens"])
+    assert f16["char_match_pct"] == pytest.approx(100 * 3 / 5) and pd.isna(f16["token_match_pct"])
+    # the others have no result: failed rows, and no numbers against them
+    assert frame.loc["D_f16_draft4", "status"] == "failed"
+    assert frame.loc["D_f16_n0", "outputs_with_token_ids"] == 1
+
+
+def test_outputs_of_another_prompt_are_not_compared():
+    grid = mechanism({"prompt_classes": ["code"]})
+    edited = GreedyOutput("code", "an edited prompt", "a b c d", (1, 2, 3, 4), "length", 4)
+    results = {
+        "D_f16_n0": measured("D_f16_n0", REFERENCE[0]),
+        "D_q8_0_n0": measured("D_q8_0_n0", edited),
+    }
+    q8 = quality_frame(grid, results).loc["D_q8_0_n0"]
+    assert pd.isna(q8["agreement_prompts"]) and "no prompt was sent to both" in q8["agreement_note"]
+
+
+def test_the_check_passes_when_every_speculative_output_equals_its_baseline():
+    grid = mechanism({"prompt_classes": ["code", "prose", "dialogue"]})
+    results = {name: measured(name, *REFERENCE) for name in CONFIGS}
+    check = speculation_not_lossless(quality_frame(grid, results).reset_index())
+    assert not check.triggered and "(2) equal its baseline's" in check.summary
+    assert not speculation_not_lossless(None).triggered
+
+
+# --- cells on llama.cpp ------------------------------------------------------------------
+
+
+def run_quality_cell(grid: Grid, config: str) -> tuple[int, Path]:
+    out = Path(f"results/quality/{config}.json")
+    cell = cell_from_grid(grid, "quality", config, ["cpu"])
+    return run_cell(cell, {"raw": out, "provenance": out.with_suffix(".provenance.json")}), out
+
+
+@pytest.mark.integration
+def test_cells_on_llamacpp_keep_token_ids_and_speculation_changes_no_greedy_output(workdir):
+    grid = mechanism({"max_tokens": 24})
+    try:
+        for config in ("D_f16_n0", "D_f16_draft4"):
+            rc, _ = run_quality_cell(grid, config)
+            assert rc == 0, sweep_logs(workdir)
+    finally:
+        SlotManager(["cpu"]).stop_all()
+    plain = json.loads(Path("results/quality/D_f16_n0.json").read_text())
+    draft = json.loads(Path("results/quality/D_f16_draft4.json").read_text())
+    assert plain["schema"] == SCHEMA and [o["prompt_class"] for o in plain["outputs"]] == ["code", "prose"]
+    for output in plain["outputs"]:
+        # the random model never stops early: max_tokens ids, as many as the usage block counts
+        assert len(output["token_ids"]) == output["output_tokens"] == 24 and output["text"]
+    assert [o["token_ids"] for o in draft["outputs"]] == [o["token_ids"] for o in plain["outputs"]]
+    provenance = json.loads(Path("results/quality/D_f16_draft4.provenance.json").read_text())
+    assert provenance["versions"]["load_generator"] == "gridbench-greedy"
+    assert provenance["bench"]["greedy_requests"] == 2
+
+
+@pytest.mark.integration
+def test_a_request_the_engine_refuses_fails_the_cell_with_a_failure_record(workdir):
+    grid = mechanism({"max_tokens": 8, "extra_body": {"response_format": {"type": "no-such-format"}}})
+    try:
+        rc, out = run_quality_cell(grid, "D_f16_n0")
+    finally:
+        SlotManager(["cpu"]).stop_all()
+    assert rc != 0 and not out.exists() and not out.with_suffix(".provenance.json").exists()
+    failure = json.loads(Path("results/failures/quality/D_f16_n0.json").read_text())
+    assert failure["kind"] == "quality" and failure["cell"] == "cell D_f16_n0 quality"
+    assert failure["reason"].startswith(
+        "cell D_f16_n0 quality: the code prompt's greedy request failed: HTTP 4"
+    )
+    assert failure["hint"]
+    # what the cell got so far stays beside the failure record
+    kept = Path("results/failures/quality/D_f16_n0/quality.progress.jsonl").read_text()
+    assert json.loads(kept.splitlines()[-1])["status"].startswith("HTTP 4")
+
+
+# --- the workflow ------------------------------------------------------------------------
+
+
+@pytest.mark.workflow
+def test_the_workflow_measures_each_config_once_and_writes_the_quality_dataset(workdir, demo_config):
+    demo_config["depths"] = []  # quality cells only
+    del demo_config["natural"]
+    demo_config["quality"] = {"prompt_classes": ["code", "prose"], "max_tokens": 16}
+    write_config(workdir / "grid.yaml", demo_config)
+    result = snakemake(workdir, "--configfile", "grid.yaml")
+    assert result.returncode == 0, result.stdout + result.stderr + sweep_logs(workdir)
+
+    frame = pd.read_csv(workdir / "dataset/quality.csv").set_index("config")
+    assert list(frame.index) == list(CONFIGS) and set(frame["status"]) == {"ok"}
+    assert set(frame["agreement_unit"]) == {"tokens"}
+    # the reference against itself, and greedy speculation on llama.cpp: identical outputs
+    assert frame.loc["D_f16_n0", "reference"] == "D_f16_n0"
+    assert frame.loc["D_f16_n0", ["identical_outputs_pct", "token_match_pct"]].tolist() == [100, 100]
+    assert frame.loc["D_f16_draft4", "baseline"] == "D_f16_n0"
+    assert frame.loc["D_q8_0_draft4", "baseline"] == "D_q8_0_n0"
+    assert frame.loc[["D_f16_draft4", "D_q8_0_draft4"], "lossless_mismatches"].tolist() == [0, 0]
+    assert frame.loc[["D_f16_draft4", "D_q8_0_draft4"], "lossless_prompts"].tolist() == [2, 2]
+    report = (workdir / "dataset/comparison.md").read_text()
+    assert "speculation not lossless" in report
+
+    measured_at = {c: (workdir / f"results/quality/{c}.json").stat().st_mtime_ns for c in CONFIGS}
+    again = snakemake(workdir, "--configfile", "grid.yaml")
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    assert {c: (workdir / f"results/quality/{c}.json").stat().st_mtime_ns for c in CONFIGS} == measured_at
+
+
+def test_token_ids_are_read_from_llamacpp_ids_and_vllm_token_id_texts():
+    from gridbench.harness.greedy import GreedyRequestError, greedy_output
+
+    def answer(tokens: list[dict]) -> str:
+        choice = {"message": {"content": "ab"}, "finish_reason": "length", "logprobs": {"content": tokens}}
+        return json.dumps({"choices": [choice], "usage": {"completion_tokens": 2}})
+
+    llamacpp = answer([{"id": 7, "token": "a"}, {"id": 9, "token": "b"}])
+    vllm = answer([{"token": "token_id:7"}, {"token": "token_id:9"}])
+    plain = answer([{"token": "a"}, {"token": "b"}])  # a server that names no ids
+    assert greedy_output("code", "p", 200, llamacpp).token_ids == (7, 9)
+    assert greedy_output("code", "p", 200, vllm).token_ids == (7, 9)
+    assert greedy_output("code", "p", 200, plain).token_ids is None
+    with pytest.raises(GreedyRequestError, match="HTTP 400"):
+        greedy_output("code", "p", 400, '{"error": "bad"}')
