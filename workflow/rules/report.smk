@@ -109,9 +109,9 @@ rule render_report:
         "logs/report/render_report.log",
     params:
         grid=GRID_FILE,
-        natural=get_report_dataset_options,
+        datasets=get_report_dataset_options,
     shell:
-        "gridbench report --grid {params.grid:q} --dataset {input.dataset:q} {params.natural}"
+        "gridbench report --grid {params.grid:q} --dataset {input.dataset:q} {params.datasets}"
         " --graphs {input.graphs:q} --out {output:q} > {log:q} 2>&1"
 
 
