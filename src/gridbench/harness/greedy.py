@@ -17,6 +17,7 @@ import cattrs
 
 from gridbench.engines import probe
 from gridbench.engines.kinds import engine_kind
+from gridbench.errors import BenchmarkError
 from gridbench.util import codec
 from gridbench.util.files import JsonObject
 
@@ -108,8 +109,9 @@ class QualityResult:
     outputs: tuple[GreedyOutput, ...]
 
 
-class GreedyRequestError(Exception):
-    """A request the engine did not answer with a chat completion."""
+class GreedyRequestError(BenchmarkError):
+    """A request the engine did not answer with a chat completion (the quality cell names
+    itself and what to do when it passes the error on)."""
 
 
 def request_body(prompt: str, settings: GreedySettings, cfg: ServingConfig) -> bytes:
