@@ -3,9 +3,10 @@
 # in transfers too small for the whole: cut here, then there stash the pieces one at a time
 # and verify and reassemble them.
 #   scripts/device_carry.sh cut DIR                   DIR/pieces/c1 … cN: the folder as one tar
-#                                                     stream, split into PIECE_MIB (56) MiB
-#                                                     pieces, each with a MANIFEST of every
-#                                                     piece's and the whole stream's sha256
+#                                                     stream, split into pieces that each fit
+#                                                     one transfer beside the working tree,
+#                                                     each with a MANIFEST of every piece's
+#                                                     and the whole stream's sha256
 #   scripts/device_carry.sh stash PIECE_DIR [STASH]   keep one piece (…/pieces/cK) in STASH,
 #                                                     checked against its MANIFEST
 #   scripts/device_carry.sh unpack DIR [STASH]        once every piece is there: check the
@@ -14,28 +15,52 @@
 # commands stay while the machine does. Both steps are idempotent: a piece already stashed,
 # or a stream already unpacked into DIR, is not done again; the stream is reproducible
 # (sorted, fixed owners and times), so unchanged content is cut into the same pieces.
+# A transfer brings TRANSFER_MIB (64) MiB: the checkout's working tree (tracked and untracked,
+# not ignored, files) and one piece. A piece is what is left, less 1 MiB, unless PIECE_MIB says.
 # Exit 3 from unpack: pieces missing.
 set -euo pipefail
 
+# piece_bytes: PIECE_MIB, or what one transfer holds beside this checkout's working tree
+piece_bytes() {
+    local transfer tree left
+    if [ -n "${PIECE_MIB:-}" ]; then
+        echo $((PIECE_MIB * 1048576))
+        return 0
+    fi
+    transfer=$((${TRANSFER_MIB:-64} * 1048576))
+    tree=$(cd "$(dirname "$0")/.." && git ls-files -z -co --exclude-standard |
+        xargs -0 -r stat -c %s -- 2> /dev/null | awk '{ s += $1 } END { print s + 0 }')
+    left=$((transfer - tree - 1048576))
+    if [ "$left" -lt 1048576 ]; then
+        echo "the working tree ($((tree / 1048576)) MiB) leaves no room for a piece in a transfer of" \
+            "${TRANSFER_MIB:-64} MiB: ignore or move what need not travel, or set PIECE_MIB" >&2
+        return 1
+    fi
+    echo $((left / 1048576 * 1048576))
+}
+
 cut_pieces() {
-    local dir=$1 pieces=$1/pieces stream digest count manifest n=0 part
+    local dir=$1 pieces=$1/pieces stream digest size count manifest n=0 part
+    size=$(piece_bytes) || return 1
     stream=$(mktemp)
     tar -C "$dir" --exclude=./pieces --exclude=./.carry-stream --sort=name --owner=0 --group=0 \
         --numeric-owner --mtime=@0 -cf "$stream" .
     digest=$(sha256sum "$stream" | cut -d' ' -f1)
-    if [ "$(sed -n 's/^stream //p' "$pieces/c1/MANIFEST" 2> /dev/null)" = "$digest" ]; then
+    if [ "$(sed -n 's/^stream //p' "$pieces/c1/MANIFEST" 2> /dev/null)" = "$digest" ] &&
+        [ "$(sed -n 's/^piece_bytes //p' "$pieces/c1/MANIFEST")" = "$size" ]; then
         rm -f "$stream"
         return 0
     fi
     rm -rf "$pieces"
     mkdir -p "$pieces/split"
-    split -b "${PIECE_MIB:-56}M" -d -a 3 "$stream" "$pieces/split/part-"
+    split -b "$size" -d -a 3 "$stream" "$pieces/split/part-"
     rm -f "$stream"
     count=$(ls "$pieces/split" | wc -l)
     manifest=$(mktemp)
     {
         echo "stream $digest"
         echo "pieces $count"
+        echo "piece_bytes $size"
         (cd "$pieces/split" && sha256sum part-*)
     } > "$manifest"
     for part in "$pieces"/split/part-*; do

@@ -16,13 +16,15 @@
 # too: the run then uses it instead of building for 5 minutes on the GPU machine.
 #
 # Then the folder is cut into pieces for machines that take files in limited sizes:
-#   DIR/pieces/c1 … cN              one piece each, at most PIECE_MIB (56) MiB, with a MANIFEST
+#   DIR/pieces/c1 … cN              one piece each, sized to fit one transfer beside the working
+#                                   tree (scripts/device_carry.sh), with a MANIFEST
 #                                   of every piece's and the whole stream's sha256
 # scripts/device_carry.sh stashes the pieces there one by one, verifies and reassembles them.
 # Idempotent: what is already there is kept, and unchanged content gives the same pieces.
 #   usage: scripts/prepare_device_carry.sh [--vllm] [--real-models] [DIR]   (default .device-carry)
 #   env:   PYTHON_VERSION (3.12), the target machine's Python
-#          PIECE_MIB (56): a piece and the working tree must fit one 64 MiB transfer
+#          TRANSFER_MIB (64): what one transfer brings, working tree and piece together;
+#          PIECE_MIB: a fixed piece size instead
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,7 +39,6 @@ while [ $# -gt 0 ]; do
 done
 dir=${1:-.device-carry}
 python=${PYTHON:-python3}
-piece_mib=${PIECE_MIB:-56}
 vllm_version=0.26.0
 mkdir -p "$dir/whl"
 
@@ -71,6 +72,7 @@ if $with_vllm && [ ! -s "$vllm_tarball" ]; then
 fi
 
 # cut the folder into pieces to carry one at a time
-PIECE_MIB=$piece_mib bash scripts/device_carry.sh cut "$dir"
+bash scripts/device_carry.sh cut "$dir"
 echo "carry folder $dir: $(du -sh --exclude=pieces "$dir" | cut -f1) ($(ls "$dir/whl" | wc -l) wheels)," \
-    "in $(ls -d "$dir"/pieces/c* | wc -l) pieces of at most $piece_mib MiB: $dir/pieces/c1 …"
+    "in $(ls -d "$dir"/pieces/c* | wc -l) pieces of at most" \
+    "$(($(sed -n 's/^piece_bytes //p' "$dir/pieces/c1/MANIFEST") / 1048576)) MiB: $dir/pieces/c1 …"

@@ -13,9 +13,23 @@ from conftest import REPO
 SCRIPT = REPO / "scripts/device_carry.sh"
 
 
-def carry(*args: str, piece_mib: int = 1) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PIECE_MIB": str(piece_mib)}
+def carry(
+    *args: str, piece_mib: int | None = 1, transfer_mib: int | None = None
+) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PIECE_MIB", "TRANSFER_MIB")}
+    env |= {"PIECE_MIB": str(piece_mib)} if piece_mib else {}
+    env |= {"TRANSFER_MIB": str(transfer_mib)} if transfer_mib else {}
     return subprocess.run(["bash", SCRIPT, *map(str, args)], capture_output=True, text=True, env=env)
+
+
+def working_tree_bytes() -> int:
+    """What travels with every transfer: the checkout's tracked and untracked, not ignored, files."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, check=True
+    ).stdout
+    return sum(
+        (REPO / name).stat().st_size for name in listed.decode().split("\0") if (REPO / name).is_file()
+    )
 
 
 @pytest.fixture
@@ -98,3 +112,23 @@ def test_pieces_of_another_carry_start_the_stash_over(folder, tmp_path):
     assert result.returncode == 0
     assert "another carry: starting over" in result.stderr
     assert "1 of 3 pieces" in result.stdout
+
+
+def test_a_new_piece_size_cuts_the_pieces_again(folder):
+    carry("cut", folder, piece_mib=1)
+    carry("cut", folder, piece_mib=2)
+    assert sorted(p.name for p in (folder / "pieces").iterdir()) == ["c1", "c2"]
+    assert "piece_bytes 2097152" in (folder / "pieces/c1/MANIFEST").read_text()
+
+
+def test_without_a_piece_size_each_piece_fits_one_transfer_beside_the_working_tree(folder):
+    tree_mib = working_tree_bytes() / 1024**2
+    transfer_mib = int(tree_mib) + 3  # room for a piece of 1 MiB, and the 1 MiB margin
+    result = carry("cut", folder, piece_mib=None, transfer_mib=transfer_mib)
+    assert result.returncode == 0, result.stderr
+    for piece in (folder / "pieces").iterdir():
+        size = sum(f.stat().st_size for f in piece.iterdir())
+        assert working_tree_bytes() + size <= transfer_mib * 1024**2
+    too_small = carry("cut", folder, piece_mib=None, transfer_mib=int(tree_mib))
+    assert too_small.returncode == 1
+    assert "leaves no room for a piece" in too_small.stderr
