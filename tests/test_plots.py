@@ -124,9 +124,10 @@ def test_natural_graphs_have_a_panel_per_class(seed000_natural, tmp_path):
 def test_the_workflow_declares_exactly_the_graphs_drawn():
     rules = (REPO / "workflow/rules/report.smk").read_text()
     declared = re.findall(r'"graphs/(\w+)\.png"', rules)
-    assert declared == [*layout.DEPTH_GRAPHS, *layout.NATURAL_GRAPHS]
+    assert declared == [*layout.DEPTH_GRAPHS, *layout.NATURAL_GRAPHS, *layout.QUALITY_GRAPHS]
     assert list(plots.LINE_GRAPHS) + list(plots.GROUPED_GRAPHS) == list(layout.DEPTH_GRAPHS[:5])
     assert list(plots.natural_figures(pd.DataFrame())) == list(layout.NATURAL_GRAPHS)
+    assert list(plots.quality_figures(pd.DataFrame(), pd.DataFrame())) == list(layout.QUALITY_GRAPHS)
 
 
 def test_the_pareto_graph_draws_each_config_and_names_the_frontier(seed000_natural):

@@ -12,8 +12,10 @@ import pytest
 
 from conftest import REPO, free_port, load_yaml, sweep_logs, write_config
 from gridbench.aggregate.checks import speculation_not_lossless
-from gridbench.aggregate.quality import rows_from_results, to_frame
+from gridbench.aggregate.plots import quality_figures, save
+from gridbench.aggregate.quality import rows_from_results, speed_quality, to_frame
 from gridbench.aggregate.records import MeasuredCell, ProvenanceRecord, RecordedProvenance
+from gridbench.aggregate.report.quality import quality_section
 from gridbench.cells.context import cell_from_grid
 from gridbench.cells.plan import quality_plan, run_order, sweep_plan
 from gridbench.cells.run import run_cell
@@ -104,9 +106,8 @@ REFERENCE = (
 )
 
 
-def test_agreement_and_losslessness_are_the_hand_counted_numbers():
-    grid = mechanism({"prompt_classes": ["code", "prose", "dialogue"]})
-    results = {
+def hand_counted_results() -> dict[str, MeasuredCell[QualityResult]]:
+    return {
         "D_f16_n0": measured("D_f16_n0", *REFERENCE),
         # code differs at token 2 (3 of 4 positions match), prose runs one token longer (2 of 3),
         # dialogue is identical (2 of 2)
@@ -125,6 +126,11 @@ def test_agreement_and_losslessness_are_the_hand_counted_numbers():
             greedy("dialogue", "Z h", (11, 9)),
         ),
     }
+
+
+def test_agreement_and_losslessness_are_the_hand_counted_numbers():
+    grid = mechanism({"prompt_classes": ["code", "prose", "dialogue"]})
+    results = hand_counted_results()
     frame = quality_frame(grid, results)
 
     # every config against the F16 plain config: the most bytes per token of the same weights
@@ -187,6 +193,69 @@ def test_the_check_passes_when_every_speculative_output_equals_its_baseline():
     check = speculation_not_lossless(quality_frame(grid, results).reset_index())
     assert not check.triggered and "(2) equal its baseline's" in check.summary
     assert not speculation_not_lossless(None).triggered
+
+
+def depth_rows(decode_tps: dict[str, dict[int, float]]) -> pd.DataFrame:
+    """A depth dataset of the configs' decode tok/s by depth (spread 1 tok/s)."""
+    return pd.DataFrame(
+        [
+            {
+                "config": config,
+                "config_label": config,
+                "speculation_method": "none" if config.endswith("n0") else "draft",
+                "context_tokens": depth,
+                "status": "ok",
+                "decode_tps": tps,
+                "decode_tps_std": 1.0,
+            }
+            for config, by_depth in decode_tps.items()
+            for depth, tps in by_depth.items()
+        ]
+    )
+
+
+# the reference's speed at depth 0 is not measured: the shallowest depth both have is 512
+HAND_SPEEDS = {
+    "D_f16_n0": {512: 100.0, 4096: 80.0},
+    "D_q8_0_n0": {0: 200.0, 512: 150.0},
+    "D_f16_draft4": {512: 120.0},
+    "D_q8_0_draft4": {512: 90.0},
+}
+
+
+def test_speed_beside_quality_and_the_frontier_are_the_hand_counted_ones(tmp_path):
+    grid = mechanism({"prompt_classes": ["code", "prose", "dialogue"]})
+    quality = quality_frame(grid, hand_counted_results()).reset_index()
+    points = {p.config: p for p in speed_quality(quality, depth_rows(HAND_SPEEDS))}
+    assert {c: (p.speedup.depth, round(p.speedup.speedup.mean, 3)) for c, p in points.items()} == {
+        "D_f16_n0": (512, 1.0),
+        "D_q8_0_n0": (512, 1.5),
+        "D_f16_draft4": (512, 1.2),
+        "D_q8_0_draft4": (512, 0.9),
+    }
+    assert points["D_q8_0_draft4"].agreement_pct == pytest.approx(100 * (3 + 2 + 1) / 9, abs=1e-3)
+    # D_f16_draft4 (1.2x, 100 %) beats its reference (1.0x, 100 %); D_q8_0_n0 is fastest
+    assert [c for c, p in points.items() if p.on_frontier] == ["D_f16_draft4", "D_q8_0_n0"]
+
+    section = quality_section(quality, depth_rows(HAND_SPEEDS))
+    assert (
+        "| `D_q8_0_n0` | `D_f16_n0` | 3 | 33 % | 2.0 tokens | 77.8 % of tokens | 1.50 ± 0.02× @512 | — |"
+        in section
+    )
+    assert "**no**: 1 of 3 differ from `D_q8_0_n0`'s (dialogue@0)" in section
+    frontier = "`D_f16_draft4` (1.20×, 100 %) and `D_q8_0_n0` (1.50×, 78 %)"
+    assert f"faster and closer to its reference): {frontier}." in section
+    assert "Beaten on both by another config: `D_f16_n0` and `D_q8_0_draft4`." in section
+
+    (png,) = save(quality_figures(quality, depth_rows(HAND_SPEEDS)), tmp_path)
+    assert png.name == "quality_frontier.png" and png.stat().st_size > 10_000
+
+
+def test_without_speeds_the_section_says_there_is_no_frontier():
+    grid = mechanism({"prompt_classes": ["code", "prose", "dialogue"]})
+    quality = quality_frame(grid, hand_counted_results()).reset_index()
+    assert all(p.speedup is None for p in speed_quality(quality, pd.DataFrame()))
+    assert "No speed–quality frontier" in quality_section(quality, pd.DataFrame())
 
 
 # --- cells on llama.cpp ------------------------------------------------------------------
@@ -262,6 +331,8 @@ def test_the_workflow_measures_each_config_once_and_writes_the_quality_dataset(w
     assert frame.loc[["D_f16_draft4", "D_q8_0_draft4"], "lossless_prompts"].tolist() == [2, 2]
     report = (workdir / "dataset/comparison.md").read_text()
     assert "speculation not lossless" in report
+    assert "## Quality: greedy agreement with the reference, beside speed" in report
+    assert (workdir / "graphs/quality_frontier.png").stat().st_size > 0
 
     measured_at = {c: (workdir / f"results/quality/{c}.json").stat().st_mtime_ns for c in CONFIGS}
     again = snakemake(workdir, "--configfile", "grid.yaml")

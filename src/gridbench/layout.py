@@ -49,6 +49,7 @@ NATURAL_GRAPHS = (
     "natural_tpot_vs_concurrency",
     "natural_pareto",
 )
+QUALITY_GRAPHS = ("quality_frontier",)
 # the report's heading of each graph
 GRAPH_TITLES = {
     "decode_vs_context": "Decode throughput vs context depth",
@@ -63,6 +64,7 @@ GRAPH_TITLES = {
     "natural_ttft_vs_concurrency": "Natural prompts: TTFT p50 and p95 vs concurrency",
     "natural_tpot_vs_concurrency": "Natural prompts: TPOT p50 and p95 vs concurrency",
     "natural_pareto": "Natural prompts: throughput per GPU against per-user speed (Pareto frontier)",
+    "quality_frontier": "Quality against speed: greedy agreement with the reference over decode speed-up",
 }
 
 

@@ -86,8 +86,10 @@ def get_quality_results(wildcards):
 
 
 def get_graphs(wildcards):
-    """Every graph of the study, in report order (natural ones with a natural matrix)."""
+    """Every graph of the study, in report order (natural ones with a natural matrix, the
+    quality one with a quality section)."""
     names = layout.DEPTH_GRAPHS + (layout.NATURAL_GRAPHS if GRID.natural else ())
+    names += layout.QUALITY_GRAPHS if GRID.quality else ()
     return [layout.GRAPH.format(graph=name) for name in names]
 
 
@@ -230,6 +232,7 @@ localrules:
     build_quality_dataset,
     plot_depth_graphs,
     plot_natural_graphs,
+    plot_quality_graph,
     render_report,
     render_explorer,
 

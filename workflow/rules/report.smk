@@ -96,6 +96,24 @@ rule plot_natural_graphs:
         "gridbench plot natural --dataset {input:q} --outdir graphs > {log:q} 2>&1"
 
 
+rule plot_quality_graph:
+    input:
+        dataset=layout.DATASET_PARQUET,
+        quality=layout.QUALITY_PARQUET,
+    output:
+        report(
+            "graphs/quality_frontier.png",
+            caption="../report/quality_frontier.rst",
+            category="Graphs",
+            subcategory="Quality",
+        ),
+    log:
+        "logs/graphs/quality.log",
+    shell:
+        "gridbench plot quality --dataset {input.dataset:q} --quality {input.quality:q}"
+        " --outdir graphs > {log:q} 2>&1"
+
+
 rule render_report:
     input:
         unpack(get_report_inputs),

@@ -1,6 +1,6 @@
 """The graphs: PNG files drawn headless (matplotlib's Agg canvas, no pyplot state).
 
-Every graph named in layout.DEPTH_GRAPHS / NATURAL_GRAPHS is always written; one with nothing
+Every graph named in layout.DEPTH_GRAPHS / NATURAL_GRAPHS / QUALITY_GRAPHS is always written; one with nothing
 to show says so on the canvas ("no data: ..."), so the workflow's outputs never go missing.
 """
 
@@ -20,6 +20,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormat
 
 from gridbench import layout
 from gridbench.aggregate import analysis
+from gridbench.aggregate.quality import speed_quality
 from gridbench.config.grid import StudyInfo
 from gridbench.util.files import atomic_write_bytes
 
@@ -492,6 +493,44 @@ def pareto_frontier(natural: pd.DataFrame) -> Figure:
     return fig
 
 
+# --- the quality graph ------------------------------------------------------------------
+
+
+def quality_frontier(quality: pd.DataFrame, depth: pd.DataFrame) -> Figure:
+    """Each config's matching positions against its reference over its decode speed-up over
+    that reference, the speed–quality frontier drawn through the configs no other beats on both."""
+    fig, (ax,) = _figure(layout.GRAPH_TITLES["quality_frontier"])
+    placed = [(p, p.speedup) for p in speed_quality(quality, depth) if p.speedup is not None]
+    if not placed:
+        _no_data(ax, "no config has quality results and a decode speed at a depth its reference measured")
+        return fig
+    # the depth graphs' colours, so a config looks the same in every graph
+    styles = config_styles(pd.concat([depth, quality]))
+    for point, speedup in placed:
+        style = styles[point.config]
+        xy = (speedup.speedup.mean, point.agreement_pct)
+        label = f"{style.label} (vs {point.reference}, depth {speedup.depth})"
+        ax.plot(*xy, color=style.color, marker=style.marker, linestyle="none", label=label)
+        ax.annotate(point.config, xy, fontsize=7, xytext=(4, 4), textcoords="offset points")
+    frontier = sorted((s.speedup.mean, p.agreement_pct) for p, s in placed if p.on_frontier)
+    ax.plot(
+        [x for x, _ in frontier],
+        [y for _, y in frontier],
+        color="black",
+        linewidth=1.5,
+        drawstyle="steps-pre",  # the staircase under the points: what some config beats
+        label="frontier",
+    )
+    ax.axvline(1.0, color="grey", linewidth=0.8)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}×"))
+    ax.set_xlabel("decode speed-up over the reference (×)")
+    unit = placed[0][0].agreement_unit
+    ax.set_ylabel(f"positions matching the reference's greedy output (% of {unit})")
+    ax.set_ylim(min(p.agreement_pct for p, _ in placed) - 5, 102)
+    _legend(ax)
+    return fig
+
+
 # --- writing ----------------------------------------------------------------------------
 
 
@@ -513,6 +552,10 @@ def natural_figures(natural: pd.DataFrame) -> dict[str, Callable[[], Figure]]:
     }
     figures["natural_pareto"] = lambda: pareto_frontier(natural)
     return figures
+
+
+def quality_figures(quality: pd.DataFrame, depth: pd.DataFrame) -> dict[str, Callable[[], Figure]]:
+    return {"quality_frontier": lambda: quality_frontier(quality, depth)}
 
 
 def save(figures: Mapping[str, Callable[[], Figure]], outdir: Path) -> list[Path]:

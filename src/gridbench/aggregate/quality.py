@@ -16,19 +16,28 @@ comparisons are pure; the files are read and written only by ``build_from_plan``
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 
 from gridbench.aggregate import dataset
-from gridbench.aggregate.analysis import plain_twin, precision_references
+from gridbench.aggregate.analysis import (
+    SpeedupPoint,
+    cell_index,
+    plain_twin,
+    precision_references,
+    ratio_points,
+    rows,
+)
 from gridbench.aggregate.records import (
     CellFailure,
     ConfigIdentity,
     Failure,
     MeasuredCell,
     Provenance,
+    missing,
+    number,
     read_cells,
     row_columns,
     typed_document,
@@ -347,3 +356,58 @@ def build_from_plan(plan: QualityPlan, *, csv: Path, parquet: Path) -> pd.DataFr
     frame = to_frame(rows_from_results(plan, results, failures))
     dataset.write_frame(frame, csv=csv, parquet=parquet)
     return frame
+
+
+# --- speed beside quality ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpeedQuality:
+    """A config's greedy agreement with its reference beside its decode speed over the
+    reference's, at the shallowest depth both measured (None: not both measured)."""
+
+    config: str
+    reference: str
+    agreement_pct: float  # the share of positions that match, in agreement_unit
+    agreement_unit: str
+    identical_outputs_pct: float
+    speedup: SpeedupPoint | None
+    on_frontier: bool = False  # no other config is both faster and closer to the reference
+
+
+def speed_quality(quality: pd.DataFrame, depth: pd.DataFrame) -> list[SpeedQuality]:
+    """Every config with agreement numbers, in the quality dataset's order, its speed-up
+    from the depth dataset and whether it is on the speed–quality frontier."""
+    cells = cell_index(depth) if not depth.empty else {}
+    points = []
+    for row in rows(quality):
+        unit = str(row["agreement_unit"])
+        agreement_pct = row["token_match_pct"] if unit == TOKENS else row["char_match_pct"]
+        if row["status"] != "ok" or missing(row["reference"]) or missing(agreement_pct):
+            continue
+        config, reference = str(row["config"]), str(row["reference"])
+        ratios = ratio_points(cells, config, reference, "decode_tps")
+        points.append(
+            SpeedQuality(
+                config,
+                reference,
+                number(agreement_pct),
+                unit,
+                number(row["identical_outputs_pct"]),
+                ratios[0] if ratios else None,
+            )
+        )
+    return [replace(p, on_frontier=_undominated(p, points)) for p in points]
+
+
+def _undominated(point: SpeedQuality, points: Sequence[SpeedQuality]) -> bool:
+    if point.speedup is None:
+        return False
+    speed, agreement = point.speedup.speedup.mean, point.agreement_pct
+    for other in points:
+        if other.speedup is None or other is point:
+            continue
+        faster, closer = other.speedup.speedup.mean, other.agreement_pct
+        if faster >= speed and closer >= agreement and (faster > speed or closer > agreement):
+            return False
+    return True

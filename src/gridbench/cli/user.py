@@ -197,6 +197,7 @@ def cmd_finalize(args: argparse.Namespace) -> int:
     quality = None
     if grid.quality:
         quality = write_quality_dataset(grid, root / layout.QUALITY_CSV, root / layout.QUALITY_PARQUET)
+        figures.update(plots.quality_figures(quality, depth))
     graphs = plots.save(figures, root / Path(layout.GRAPH).parent)
     print(f"wrote {len(graphs)} graphs to {root / Path(layout.GRAPH).parent}")
     write_report(grid, depth, natural, graphs, root / layout.REPORT, quality)

@@ -134,6 +134,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
         if args.grid is None:
             raise GridbenchError("gridbench plot depth: --grid is required (it names the baselines)")
         figures = plots.depth_figures(read_frame(args.dataset), grid_from_json(args.grid).study)
+    elif args.matrix == "quality":
+        if args.quality is None:
+            raise GridbenchError("gridbench plot quality: --quality is required (dataset/quality.parquet)")
+        figures = plots.quality_figures(read_frame(args.quality), read_frame(args.dataset))
     else:
         figures = plots.natural_figures(read_frame(args.dataset))
     for path in plots.save(figures, args.outdir):
@@ -263,10 +267,13 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     p = sub.add_parser("plot", help="draw the graphs of one matrix from its dataset (PNG)")
     p.add_argument(
-        "matrix", choices=["depth", "natural"], help="depth: dataset.parquet; natural: natural.parquet"
+        "matrix",
+        choices=["depth", "natural", "quality"],
+        help="depth: dataset.parquet; natural: natural.parquet; quality: --quality beside dataset.parquet",
     )
     p.add_argument("--dataset", required=True, type=Path, help="the matrix's Parquet dataset")
     p.add_argument("--grid", type=Path, help=f"{grid_help}; depth graphs need it for the baselines")
+    p.add_argument("--quality", type=Path, help="the quality graph's dataset/quality.parquet")
     p.add_argument("--outdir", required=True, type=Path)
     p.set_defaults(func=cmd_plot)
 

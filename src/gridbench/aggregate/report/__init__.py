@@ -28,6 +28,7 @@ from gridbench.aggregate.report.natural import (
     workload_class_section,
 )
 from gridbench.aggregate.report.phenomena import phenomena_section
+from gridbench.aggregate.report.quality import quality_section
 from gridbench.aggregate.report.study import configs_table, environment, method
 from gridbench.aggregate.report.summary import checks_section, verdict
 from gridbench.config.grid import Grid
@@ -41,7 +42,7 @@ def render_report(
     quality: pd.DataFrame | None = None,
 ) -> str:
     """The whole comparison.md. ``graphs`` are links to the PNG files, relative to the report;
-    ``quality`` (the quality dataset, with a quality section) adds its check."""
+    ``quality`` (the quality dataset, with a quality section) adds its check and section."""
     study = grid.study
     # plain object columns: the many small selections below run ~3x faster than on Arrow
     # strings and nullable dtypes, and every value renders the same
@@ -73,6 +74,11 @@ def render_report(
             "## Pareto frontier: throughput per GPU against per-user speed\n\n"
             + pareto_section(natural, study),
         ]
+    if quality is not None:
+        sections.append(
+            "## Quality: greedy agreement with the reference, beside speed\n\n"
+            + quality_section(quality, dataset)
+        )
     sections += [
         "## Failed and skipped cells\n\n" + failures_section(dataset, natural),
         "## Graphs\n\n" + graphs_section(graphs),
