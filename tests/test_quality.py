@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO, free_port, load_yaml, sweep_logs, write_config
+from conftest import REPO, free_port, gridbench, load_yaml, sweep_logs, write_config
 from gridbench.aggregate.checks import speculation_not_lossless
 from gridbench.aggregate.plots import quality_figures, save
 from gridbench.aggregate.quality import rows_from_results, speed_quality, to_frame
@@ -19,6 +19,7 @@ from gridbench.aggregate.report.quality import quality_section
 from gridbench.cells.context import cell_from_grid
 from gridbench.cells.plan import quality_plan, run_order, sweep_plan
 from gridbench.cells.run import run_cell
+from gridbench.cli.user import REGRESSION_EXIT
 from gridbench.config.grid import Grid
 from gridbench.config.loading import load_grid
 from gridbench.engines.manager import SlotManager
@@ -256,6 +257,47 @@ def test_without_speeds_the_section_says_there_is_no_frontier():
     quality = quality_frame(grid, hand_counted_results()).reset_index()
     assert all(p.speedup is None for p in speed_quality(quality, pd.DataFrame()))
     assert "No speed–quality frontier" in quality_section(quality, pd.DataFrame())
+
+
+def test_compare_flags_a_config_further_from_its_reference_and_one_no_longer_lossless(tmp_path):
+    grid = mechanism({"prompt_classes": ["code", "prose", "dialogue"]})
+    results = hand_counted_results()
+    before = quality_frame(grid, results).reset_index()
+    # after: D_q8_0_n0's code answer differs from token 1 (2 of 4 match, was 3: 77.8 -> 66.7 %),
+    # and D_f16_draft4's dialogue answer leaves its baseline's (no longer lossless)
+    results["D_q8_0_n0"] = measured(
+        "D_q8_0_n0",
+        greedy("code", "a X X d", (1, 7, 7, 4)),
+        greedy("prose", "e f i", (5, 6, 10)),
+        greedy("dialogue", "g h", (8, 9)),
+    )
+    results["D_f16_draft4"] = measured("D_f16_draft4", *REFERENCE[:2], greedy("dialogue", "g Z", (8, 12)))
+    after = quality_frame(grid, results).reset_index()
+    studies = []
+    for name, quality in (("before", before), ("after", after)):
+        folder = tmp_path / name / "dataset"
+        folder.mkdir(parents=True)
+        depth_rows(HAND_SPEEDS).to_parquet(folder / "dataset.parquet")
+        quality.to_parquet(folder / "quality.parquet")
+        studies.append(str(folder.parent))
+
+    out = tmp_path / "compare.md"
+    result = gridbench("compare", *studies, "--out", str(out), check=False)
+    assert result.returncode == REGRESSION_EXIT, result.stdout + result.stderr
+    assert "REGRESSION D_q8_0_n0 quality: 77.8 -> 66.7 % of tokens match D_f16_n0's" in result.stdout
+    # dialogue "g Z" against "g h": 4 + 2 + 1 of 8 positions match
+    assert "REGRESSION D_f16_draft4 quality: 100.0 -> 87.5 % of tokens" in result.stdout
+    assert "no longer lossless" in result.stdout
+    text = out.read_text()
+    assert "**Quality regression**: 2 config(s) further from their reference" in text
+    assert "| `D_q8_0_n0` | `D_f16_n0` | 77.8 % | 66.7 % | -11.1 pp **regression** | — | — |" in text
+    # its baseline D_q8_0_n0 moved too: code differs from it now, but it was never lossless
+    assert (
+        "| `D_q8_0_draft4` | `D_f16_n0` | 66.7 % | 66.7 % | +0.0 pp | no (1 differ) | no (2 differ) |" in text
+    )
+    # within the threshold, and with losslessness kept, nothing regresses
+    loose = gridbench("compare", studies[0], studies[0], "--out", str(out), "--quality-threshold", "20")
+    assert loose.returncode == 0 and "REGRESSION" not in loose.stdout
 
 
 # --- cells on llama.cpp ------------------------------------------------------------------

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from gridbench.aggregate.analysis import TIE, WIN, Measure, cell_index
+from gridbench.aggregate.analysis import TIE, WIN, Measure, cell_index, rows
+from gridbench.aggregate.quality import TOKENS
+from gridbench.aggregate.records import Row, missing, number
 
 BETTER, WORSE = "better", "worse"
 # what a renamed config must share with its counterpart to be compared
@@ -102,6 +104,7 @@ class StudyComparison:
     unmeasured: tuple[UnmeasuredValue, ...]
     only_before: tuple[str, ...]
     only_after: tuple[str, ...]
+    quality: QualityComparison | None = None  # where both studies have a quality dataset
 
     @property
     def regressions(self) -> tuple[CellChange, ...]:
@@ -112,8 +115,12 @@ class StudyComparison:
         return tuple(g for g in self.gaps if g.regresses)
 
     @property
+    def quality_regressions(self) -> tuple[QualityChange, ...]:
+        return self.quality.regressions if self.quality else ()
+
+    @property
     def regressed(self) -> bool:
-        return bool(self.regressions or self.lost_cells)
+        return bool(self.regressions or self.lost_cells or self.quality_regressions)
 
 
 def _value(value: object) -> object:
@@ -151,8 +158,14 @@ def _outcome(metric: ComparedMetric, before: Measure, after: Measure) -> str:
     return BETTER if (versus == WIN) == metric.higher_is_better else WORSE
 
 
-def compare_studies(before: pd.DataFrame, after: pd.DataFrame, threshold: float = 0.05) -> StudyComparison:
-    """``after`` against ``before`` (two depth datasets) at every matched (config, depth)."""
+def compare_studies(
+    before: pd.DataFrame,
+    after: pd.DataFrame,
+    threshold: float = 0.05,
+    quality: QualityComparison | None = None,
+) -> StudyComparison:
+    """``after`` against ``before`` (two depth datasets) at every matched (config, depth);
+    ``quality``, the two studies' quality datasets compared, joins their verdict."""
     matches = match_configs(before, after)
     cells_before, cells_after = cell_index(before), cell_index(after)
     metrics = tuple(
@@ -201,7 +214,104 @@ def compare_studies(before: pd.DataFrame, after: pd.DataFrame, threshold: float 
         unmeasured=tuple(unmeasured),
         only_before=tuple(c for c in dict.fromkeys(before["config"]) if c not in matched_before),
         only_after=tuple(c for c in dict.fromkeys(after["config"]) if c not in matched_after),
+        quality=quality,
     )
+
+
+# --- quality: the quality datasets, where both studies have one --------------------------
+
+
+@dataclass(frozen=True)
+class QualityAgreement:
+    """A config's greedy agreement with its reference in one study."""
+
+    reference: str
+    match_pct: float  # positions matching, in ``unit``
+    unit: str
+    lossless_mismatches: int | None  # None: not speculative, or no baseline result
+
+    @classmethod
+    def of(cls, row: Row) -> QualityAgreement | None:
+        unit = str(row["agreement_unit"])
+        match = row["token_match_pct"] if unit == TOKENS else row["char_match_pct"]
+        if row["status"] != "ok" or missing(match):
+            return None
+        mismatches = row["lossless_mismatches"]
+        return cls(
+            str(row["reference"]),
+            number(match),
+            unit,
+            None if missing(mismatches) else int(number(mismatches)),
+        )
+
+
+@dataclass(frozen=True)
+class QualityChange:
+    config: str  # the name after
+    before: QualityAgreement
+    after: QualityAgreement
+
+    @property
+    def change_pp(self) -> float:
+        return self.after.match_pct - self.before.match_pct
+
+    @property
+    def lost_losslessness(self) -> bool:
+        return self.before.lossless_mismatches == 0 and bool(self.after.lossless_mismatches)
+
+    def regresses(self, threshold_pp: float) -> bool:
+        return self.change_pp < -threshold_pp or self.lost_losslessness
+
+
+@dataclass(frozen=True)
+class QualityComparison:
+    threshold_pp: float
+    changes: tuple[QualityChange, ...]
+
+    @property
+    def regressions(self) -> tuple[QualityChange, ...]:
+        return tuple(c for c in self.changes if c.regresses(self.threshold_pp))
+
+
+def compare_quality(before: pd.DataFrame, after: pd.DataFrame, threshold_pp: float) -> QualityComparison:
+    """Every matched config with agreement numbers in both studies, in ``after``'s order."""
+    by_config_before = {str(r["config"]): QualityAgreement.of(r) for r in rows(before)}
+    by_config_after = {str(r["config"]): QualityAgreement.of(r) for r in rows(after)}
+    changes = []
+    for match in match_configs(before, after):
+        a, b = by_config_before.get(match.before), by_config_after.get(match.after)
+        if a is not None and b is not None and a.unit == b.unit:
+            changes.append(QualityChange(match.after, a, b))
+    return QualityComparison(threshold_pp, tuple(changes))
+
+
+def _lossless(agreement: QualityAgreement) -> str:
+    if agreement.lossless_mismatches is None:
+        return "—"
+    return "yes" if agreement.lossless_mismatches == 0 else f"no ({agreement.lossless_mismatches} differ)"
+
+
+def quality_lines(comparison: QualityComparison, before_name: str, after_name: str) -> list[str]:
+    """compare.md's quality section."""
+    lines = ["", "## Quality", ""]
+    if not comparison.changes:
+        return [*lines, "No config has quality results in both studies.", ""]
+    lines += [
+        f"Positions of each config's greedy output that match its reference's, in {before_name} "
+        f"and {after_name}; a regression is a drop of more than {comparison.threshold_pp:g} "
+        "percentage points, or a speculative config that was lossless and no longer is.",
+        "",
+        f"| config | reference | {before_name} | {after_name} | change | lossless before | lossless after |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in comparison.changes:
+        mark = " **regression**" if c.regresses(comparison.threshold_pp) else ""
+        lines.append(
+            f"| `{c.config}` | `{c.after.reference}` | {c.before.match_pct:.1f} % "
+            f"| {c.after.match_pct:.1f} % | {c.change_pp:+.1f} pp{mark} "
+            f"| {_lossless(c.before)} | {_lossless(c.after)} |"
+        )
+    return [*lines, ""]
 
 
 def _fmt(measure: Measure) -> str:
@@ -225,6 +335,8 @@ def render_comparison(
     lines += _method_section(comparison, before_name, after_name)
     lines += _regressions_section(comparison, before_name, after_name)
     lines += _improvements_section(comparison)
+    if comparison.quality is not None:
+        lines += quality_lines(comparison.quality, before_name, after_name)
     lines += _every_cell_section(comparison, before_name, after_name)
     lines += _not_compared_section(comparison, before_name, after_name)
     for link in graph_links:
@@ -235,15 +347,20 @@ def render_comparison(
 def _verdict_section(comparison: StudyComparison) -> list[str]:
     threshold = f"{comparison.threshold:.0%}"
     lines = ["## Verdict", ""]
+    if comparison.quality_regressions:
+        lines.append(
+            f"- **Quality regression**: {len(comparison.quality_regressions)} config(s) further from their "
+            "reference than before (see Quality)."
+        )
     if not comparison.matches:
         lines.append("- No config of one study matches a config of the other: nothing to compare.")
-    elif comparison.regressed:
+    elif comparison.regressions or comparison.lost_cells:
         lines.append(
             f"- **Regression**: {len(comparison.regressions)} measure(s) worse by more than {threshold} "
             f"beyond their spread, {len(comparison.lost_cells)} cell(s) measured before and failed or "
             "missing after."
         )
-    else:
+    elif not comparison.quality_regressions:
         lines.append(f"- No regression: nothing is worse by more than {threshold} beyond its spread.")
     for metric in comparison.metrics:
         counts = {o: 0 for o in (BETTER, WORSE, TIE)}

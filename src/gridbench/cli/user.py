@@ -149,16 +149,27 @@ REGRESSION_EXIT = 3
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from gridbench.aggregate.compare import compare_studies, render_comparison, write_ratio_graphs
+    from gridbench import layout
+    from gridbench.aggregate.compare import (
+        compare_quality,
+        compare_studies,
+        render_comparison,
+        write_ratio_graphs,
+    )
     from gridbench.util.files import atomic_write_text
 
     before_name = args.before_name or args.before.resolve().name
     after_name = args.after_name or args.after.resolve().name
     if before_name == after_name:
         before_name, after_name = "before", "after"
-    comparison = compare_studies(
-        read_frame(_study_dataset(args.before)), read_frame(_study_dataset(args.after)), args.threshold
-    )
+    before, after = _study_dataset(args.before), _study_dataset(args.after)
+    quality_before, quality_after = (p.with_name(Path(layout.QUALITY_PARQUET).name) for p in (before, after))
+    quality = None
+    if quality_before.is_file() and quality_after.is_file():
+        quality = compare_quality(
+            read_frame(quality_before), read_frame(quality_after), args.quality_threshold
+        )
+    comparison = compare_studies(read_frame(before), read_frame(after), args.threshold, quality)
     graphs = write_ratio_graphs(comparison, args.graphs, before_name, after_name) if args.graphs else []
     links = [Path(os.path.relpath(g, args.out.parent)).as_posix() for g in graphs]
     atomic_write_text(args.out, render_comparison(comparison, before_name, after_name, links))
@@ -174,6 +185,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for gap in comparison.lost_cells:
         print(
             f"REGRESSION {gap.config} depth {gap.depth}: {gap.before_status} before, {gap.after_status} after"
+        )
+    for further in comparison.quality_regressions:
+        print(
+            f"REGRESSION {further.config} quality: {further.before.match_pct:.1f} -> "
+            f"{further.after.match_pct:.1f} % of {further.after.unit} match {further.after.reference}'s"
+            + (", no longer lossless" if further.lost_losslessness else "")
         )
     return REGRESSION_EXIT if comparison.regressed else 0
 
@@ -263,6 +280,14 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         type=float,
         default=0.05,
         help="a worse value is a regression beyond this fraction, outside its spread (0.05)",
+    )
+    p.add_argument(
+        "--quality-threshold",
+        type=float,
+        default=5.0,
+        metavar="PP",
+        help="where both studies have dataset/quality.parquet: a config whose greedy output matches "
+        "its reference's in fewer positions by more than PP percentage points regresses (5)",
     )
     p.add_argument("--before-name", help="how the report names the reference (its folder's name)")
     p.add_argument("--after-name", help="how the report names the other study (its folder's name)")
