@@ -12,9 +12,16 @@ import pytest
 
 from conftest import REPO, free_port, gridbench, load_yaml, sweep_logs, write_config
 from gridbench.aggregate.checks import speculation_not_lossless
+from gridbench.aggregate.explorer import explorer_data, figures
 from gridbench.aggregate.plots import quality_figures, save
 from gridbench.aggregate.quality import rows_from_results, speed_quality, to_frame
-from gridbench.aggregate.records import MeasuredCell, ProvenanceRecord, RecordedProvenance
+from gridbench.aggregate.records import (
+    ConfigIdentity,
+    MeasuredCell,
+    ProvenanceRecord,
+    RecordedProvenance,
+    column_names,
+)
 from gridbench.aggregate.report.quality import quality_section
 from gridbench.cells.context import cell_from_grid
 from gridbench.cells.plan import quality_plan, run_order, sweep_plan
@@ -208,6 +215,7 @@ def depth_rows(decode_tps: dict[str, dict[int, float]]) -> pd.DataFrame:
                 "status": "ok",
                 "decode_tps": tps,
                 "decode_tps_std": 1.0,
+                "acceptance_per_position": None,
             }
             for config, by_depth in decode_tps.items()
             for depth, tps in by_depth.items()
@@ -250,6 +258,27 @@ def test_speed_beside_quality_and_the_frontier_are_the_hand_counted_ones(tmp_pat
 
     (png,) = save(quality_figures(quality, depth_rows(HAND_SPEEDS)), tmp_path)
     assert png.name == "quality_frontier.png" and png.stat().st_size > 10_000
+
+
+def test_the_explorer_shows_each_config_speed_beside_quality_with_its_reference():
+    grid = mechanism({"prompt_classes": ["code", "prose", "dialogue"]})
+    quality = quality_frame(grid, hand_counted_results()).reset_index()
+    identities = quality[column_names(ConfigIdentity)]
+    depth = identities.merge(depth_rows(HAND_SPEEDS).drop(columns=["config_label", "speculation_method"]))
+    data = explorer_data(depth, None, grid.study, "t", quality=quality)
+    figure = figures(data)["quality_frontier"]
+    points = {t.name: (t.x[0], round(t.y[0], 1), t.hovertext[0]) for t in figure.data}
+    assert {name: xy[:2] for name, xy in points.items()} == {
+        "D_f16_n0": (1.0, 100.0),
+        "D_f16_draft4": (1.2, 100.0),
+        "D_q8_0_n0": (1.5, 77.8),
+        "D_q8_0_draft4": (0.9, 66.7),
+    }
+    assert "reference: D_f16_n0" in points["D_q8_0_n0"][2]
+    assert "on the speed–quality frontier" in points["D_q8_0_n0"][2]
+    assert "beaten on both by another config" in points["D_q8_0_draft4"][2]
+    # a study without quality results has no such graph
+    assert "quality_frontier" not in figures(explorer_data(depth, None, grid.study, "t"))
 
 
 def test_without_speeds_the_section_says_there_is_no_frontier():
@@ -378,6 +407,7 @@ def test_the_workflow_measures_each_config_once_and_writes_the_quality_dataset(w
     assert "speculation not lossless" in report
     assert "## Quality: greedy agreement with the reference, beside speed" in report
     assert (workdir / "graphs/quality_frontier.png").stat().st_size > 0
+    assert 'id="quality_frontier"' in (workdir / "dataset/explorer.html").read_text()
 
     measured_at = {c: (workdir / f"results/quality/{c}.json").stat().st_mtime_ns for c in CONFIGS}
     again = snakemake(workdir, "--configfile", "grid.yaml")

@@ -101,9 +101,14 @@ def get_datasets(wildcards):
     return inputs
 
 
-def get_report_inputs(wildcards):
+def get_explorer_inputs(wildcards):
+    """The datasets, and the quality dataset where the study has a quality section."""
     quality = {"quality": layout.QUALITY_PARQUET} if GRID.quality else {}
-    return {**get_datasets(wildcards), **quality, "graphs": get_graphs(wildcards)}
+    return {**get_datasets(wildcards), **quality}
+
+
+def get_report_inputs(wildcards):
+    return {**get_explorer_inputs(wildcards), "graphs": get_graphs(wildcards)}
 
 
 def get_report_natural_option(wildcards):

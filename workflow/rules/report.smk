@@ -135,7 +135,7 @@ rule render_report:
 
 rule render_explorer:
     input:
-        unpack(get_datasets),
+        unpack(get_explorer_inputs),
     output:
         report(
             layout.EXPLORER,
@@ -146,7 +146,7 @@ rule render_explorer:
         "logs/report/render_explorer.log",
     params:
         grid=GRID_FILE,
-        natural=get_report_natural_option,
+        datasets=get_report_dataset_options,
     shell:
-        "gridbench explorer --grid {params.grid:q} --dataset {input.dataset:q} {params.natural}"
+        "gridbench explorer --grid {params.grid:q} --dataset {input.dataset:q} {params.datasets}"
         " --out {output:q} > {log:q} 2>&1"

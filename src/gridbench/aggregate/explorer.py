@@ -25,6 +25,7 @@ import plotly.graph_objects as go
 
 from gridbench.aggregate import analysis
 from gridbench.aggregate.analysis import CellMeasures, Measure, Speedup
+from gridbench.aggregate.quality import SpeedQuality, speed_quality
 from gridbench.aggregate.records import (
     ConfigIdentity,
     Row,
@@ -136,6 +137,7 @@ class ExplorerData:
     natural: tuple[NaturalCell, ...]
     # each config's declared weights origin, from the grid; a config not in it declares none
     origins: Mapping[str, WeightsOrigin | None] = field(default_factory=dict)
+    quality: tuple[SpeedQuality, ...] = ()  # a study with a quality dataset: speed beside agreement
 
     def origin(self, config: ConfigIdentity) -> WeightsOrigin | None:
         return self.origins.get(config.config)
@@ -184,11 +186,14 @@ def explorer_data(
     study: StudyInfo,
     title: str,
     origins: Mapping[str, WeightsOrigin | None] | None = None,
+    quality: pd.DataFrame | None = None,
 ) -> ExplorerData:
     """The explorer's records from the dataset frames (``study``: the grid's, for baselines;
     ``origins``: each config's declared weights origin, weights_origin.config_origins of the
-    grid; without them every config's origin is undeclared)."""
-    configs = {c.config: c for c in map(ConfigIdentity.from_row, [*_rows(depth), *_rows(natural)])}
+    grid; without them every config's origin is undeclared; ``quality``: the quality dataset,
+    where the study has one)."""
+    every_row = [*_rows(depth), *_rows(natural), *_rows(quality)]
+    configs = {c.config: c for c in map(ConfigIdentity.from_row, every_row)}
     depth_cells = tuple(_depth_cell(r, configs) for r in _rows(analysis.measured(depth)))
     measured_cells = analysis.measured(depth)["config"].value_counts()
     acceptance = tuple(
@@ -220,6 +225,7 @@ def explorer_data(
         acceptance,
         natural_cells,
         {name: origin for name, origin in (origins or {}).items() if name in configs},
+        tuple(speed_quality(quality, depth)) if quality is not None else (),
     )
 
 
@@ -527,9 +533,39 @@ def natural_figure(
     return _finish(fig)
 
 
+def quality_figure(data: ExplorerData, styler: Styler) -> go.Figure:
+    """Each config's agreement with its reference over its decode speed-up over that reference."""
+    fig = _figure(
+        "Quality against speed: greedy agreement with the reference over decode speed-up",
+        Axis("decode tok/s ÷ the reference's"),
+        Axis("positions matching the reference's greedy output (%)"),
+        "no config has quality results and a decode speed at a depth its reference measured",
+    )
+    configs = {c.config: c for c in data.configs}
+    for point in data.quality:
+        if point.speedup is None:
+            continue
+        mine, speedup = configs[point.config], point.speedup
+        lines = [
+            f"reference: {point.reference}",
+            f"matching positions: {point.agreement_pct:.1f} % of {point.agreement_unit}",
+            f"identical outputs: {point.identical_outputs_pct:.0f} %",
+            f"decode over the reference at depth {speedup.depth:,}: "
+            f"{speedup.speedup.mean:.3f} ± {speedup.speedup.std:.3f}",
+            "on the speed–quality frontier" if point.on_frontier else "beaten on both by another config",
+        ]
+        trace = styler.trace(
+            mine, [speedup.speedup.mean], [point.agreement_pct], [_hover(mine, data.origin(mine), lines)]
+        )
+        fig.add_trace(trace.update(mode="markers"))
+    return _finish(fig)
+
+
 def figures(data: ExplorerData) -> dict[str, go.Figure]:
-    """Every graph of the explorer by its element id, in page order."""
+    """Every graph of the explorer by its element id, in page order (the quality graph where
+    the study has quality results)."""
     styler = Styler(data)
+    quality = {"quality_frontier": quality_figure(data, styler)} if data.quality else {}
     return {
         "decode_vs_depth": depth_figure(
             data,
@@ -562,6 +598,7 @@ def figures(data: ExplorerData) -> dict[str, go.Figure]:
         "natural_tpot": natural_figure(
             data, styler, lambda c: c.tpot_ms_p50, "Natural prompts: TPOT p50 vs concurrency", "TPOT p50 (ms)"
         ),
+        **quality,
     }
 
 
@@ -677,10 +714,11 @@ def write_explorer(
     natural: pd.DataFrame | None,
     study: StudyInfo,
     origins: Mapping[str, WeightsOrigin | None] | None = None,
+    quality: pd.DataFrame | None = None,
 ) -> ExplorerData:
     """Render the explorer of these frames to ``out``, plotly's bundle inlined."""
     from plotly.offline import get_plotlyjs
 
-    data = explorer_data(depth, natural, study, study.title or "gridbench explorer", origins)
+    data = explorer_data(depth, natural, study, study.title or "gridbench explorer", origins, quality)
     atomic_write_text(out, render_explorer(data, get_plotlyjs()))
     return data

@@ -218,7 +218,7 @@ def cmd_finalize(args: argparse.Namespace) -> int:
     graphs = plots.save(figures, root / Path(layout.GRAPH).parent)
     print(f"wrote {len(graphs)} graphs to {root / Path(layout.GRAPH).parent}")
     write_report(grid, depth, natural, graphs, root / layout.REPORT, quality)
-    write_explorer_file(root / layout.EXPLORER, depth, natural, grid)
+    write_explorer_file(root / layout.EXPLORER, depth, natural, grid, quality)
     return 0
 
 

@@ -181,7 +181,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def write_explorer_file(
-    out: Path, dataset: pd.DataFrame, natural: pd.DataFrame | None, grid: Grid | None
+    out: Path,
+    dataset: pd.DataFrame,
+    natural: pd.DataFrame | None,
+    grid: Grid | None,
+    quality: pd.DataFrame | None = None,
 ) -> None:
     from gridbench.aggregate.explorer import write_explorer
     from gridbench.aggregate.weights_origin import config_origins
@@ -190,16 +194,16 @@ def write_explorer_file(
     # a study copied back without its grid file still gets an explorer: baselines are then
     # inferred, and no config declares its weights' origin
     study, origins = (StudyInfo(), None) if grid is None else (grid.study, config_origins(grid))
-    data = write_explorer(out, dataset, natural, study, origins)
+    data = write_explorer(out, dataset, natural, study, origins, quality)
     cells = len(data.depth) + len(data.natural)
     print(f"wrote {out} ({len(data.configs)} configs, {cells} measured cells)")
 
 
 def cmd_explorer(args: argparse.Namespace) -> int:
     natural = read_frame(args.natural) if args.natural else None
-    write_explorer_file(
-        args.out, read_frame(args.dataset), natural, grid_from_json(args.grid) if args.grid else None
-    )
+    quality = read_frame(args.quality) if args.quality else None
+    grid = grid_from_json(args.grid) if args.grid else None
+    write_explorer_file(args.out, read_frame(args.dataset), natural, grid, quality)
     return 0
 
 
@@ -291,6 +295,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     p.add_argument("--dataset", required=True, type=Path, help="dataset/dataset.parquet")
     p.add_argument("--natural", type=Path, help="dataset/natural.parquet, when the study has one")
+    p.add_argument("--quality", type=Path, help="dataset/quality.parquet, when the study has one")
     p.add_argument(
         "--grid",
         type=Path,
