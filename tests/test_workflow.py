@@ -243,7 +243,9 @@ def test_every_engine_is_checked_before_any_cell_runs(tmp_path, demo_config, mon
     result = snakemake(tmp_path, "-n", "--scheduler", "greedy", "--configfile", "grid.yaml")
     assert result.returncode == 0, result.stdout + result.stderr
     priorities: dict[str, list[int]] = {}
-    for rule, block in re.findall(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", result.stdout, re.MULTILINE | re.DOTALL):
+    for rule, block in re.findall(
+        r"^(?:rule|checkpoint) (\w+):\n(.*?)(?=^\S|\Z)", result.stdout, re.MULTILINE | re.DOTALL
+    ):
         found = re.search(r"priority: (-?\d+)", block)
         priorities.setdefault(rule, []).append(int(found.group(1)) if found else 0)
     assert len(priorities["check_engine"]) == 2
