@@ -49,10 +49,11 @@ def events(workdir: Path) -> list[dict]:
 
 
 def jobs_of_last_run(workdir: Path, rule: str) -> list[dict[str, str]]:
-    """The wildcards of every job of ``rule`` in Snakemake's own log of its latest run."""
+    """The wildcards of every job of ``rule`` (a checkpoint too) in Snakemake's own log of its
+    latest run."""
     log = sorted((workdir / ".snakemake/log").glob("*.snakemake.log"))[-1].read_text()
     jobs = []
-    for match in re.finditer(rf"^(?:local)?rule {rule}:\n((?:    .*\n)+)", log, re.MULTILINE):
+    for match in re.finditer(rf"^(?:local)?(?:rule|checkpoint) {rule}:\n((?:    .*\n)+)", log, re.MULTILINE):
         wildcards = re.search(r"^    wildcards: (.*)$", match.group(1), re.MULTILINE).group(1)
         jobs.append(dict(pair.split("=", 1) for pair in wildcards.split(", ")))
     return jobs
@@ -242,7 +243,9 @@ def test_every_engine_is_checked_before_any_cell_runs(tmp_path, demo_config, mon
     result = snakemake(tmp_path, "-n", "--scheduler", "greedy", "--configfile", "grid.yaml")
     assert result.returncode == 0, result.stdout + result.stderr
     priorities: dict[str, list[int]] = {}
-    for rule, block in re.findall(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", result.stdout, re.MULTILINE | re.DOTALL):
+    for rule, block in re.findall(
+        r"^(?:rule|checkpoint) (\w+):\n(.*?)(?=^\S|\Z)", result.stdout, re.MULTILINE | re.DOTALL
+    ):
         found = re.search(r"priority: (-?\d+)", block)
         priorities.setdefault(rule, []).append(int(found.group(1)) if found else 0)
     assert len(priorities["check_engine"]) == 2
@@ -333,6 +336,47 @@ def test_a_grid_edited_elsewhere_keeps_a_measured_cell(tmp_path, demo_config, mo
         plan = snakemake(tmp_path, cell, "-n", "--configfile", grid)
         assert plan.returncode == 0, plan.stdout + plan.stderr
         assert "rule bench_cell:" not in plan.stdout, (grid, plan.stdout)
+
+
+def test_a_grid_edit_that_reruns_the_engine_check_runs_its_cells_in_the_same_run(workdir, demo_config):
+    """An overlay on a grid that ran adds a depth and a quality section and changes the
+    natural prompts' max_tokens: the engine's check runs again (its grid changed), and the
+    same run then measures the new cells and the changed natural cell and writes the quality
+    dataset, leaving the unchanged cell as it was. Before, Snakemake did not look at the jobs
+    below a check that had to run (the cells' edge to it being ancient): the run did the
+    check alone, exit 0, and the cells waited for a second invocation."""
+    demo_config["configs"] = {"D_f16_n0": demo_config["configs"]["D_f16_n0"]}
+    demo_config["depths"] = [0]
+    demo_config["natural"].update(prompt_classes=["code"], concurrency=[1], requests=2, max_tokens=16)
+    write_config(workdir / "grid.yaml", demo_config)
+    first = snakemake(workdir, "--configfile", "grid.yaml")
+    assert first.returncode == 0, first.stdout + first.stderr + sweep_logs(workdir)
+    unchanged, changed = (
+        workdir / "results/raw/D_f16_n0/depth_0.json",
+        workdir / "results/natural/D_f16_n0/code_c1.json",
+    )
+    measured_at = {path: path.stat().st_mtime_ns for path in (unchanged, changed)}
+    overlay = {
+        "depths": [0, 256],
+        "natural": {"max_tokens": 24},
+        "quality": {"prompt_classes": ["code"], "max_tokens": 8},
+    }
+    write_config(workdir / "more.yaml", overlay)
+
+    edited = snakemake(workdir, "--configfile", "grid.yaml", "more.yaml")
+    assert edited.returncode == 0, edited.stdout + edited.stderr + sweep_logs(workdir)
+    assert jobs_of_last_run(workdir, "check_engine") == [{"engine": "llamacpp"}]  # the check's grid changed
+    assert jobs_of_last_run(workdir, "bench_cell") == [{"config": "D_f16_n0", "depth": "256"}]
+    assert jobs_of_last_run(workdir, "natural_cell") == [
+        {"config": "D_f16_n0", "prompt_class": "code", "concurrency": "1"}
+    ]
+    assert jobs_of_last_run(workdir, "quality_cell") == [{"config": "D_f16_n0"}]
+    assert unchanged.stat().st_mtime_ns == measured_at[unchanged]
+    assert changed.stat().st_mtime_ns > measured_at[changed]
+    assert list(pd.read_csv(workdir / "dataset/dataset.csv")["context_tokens"]) == [0, 256]
+    assert list(pd.read_csv(workdir / "dataset/quality.csv")["config"]) == ["D_f16_n0"]
+    again = snakemake(workdir, "-n", "--configfile", "grid.yaml", "more.yaml")
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout
 
 
 def dry_run_on_placeholders(workdir: Path, *configfiles: str, args: tuple[str, ...] = ()):

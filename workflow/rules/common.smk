@@ -140,7 +140,9 @@ def get_engine_files(wildcards):
 
 def _engine_check(config_name):
     """The check of the config's engine, as a gate: the check runs again whenever the grid
-    changes (it reads all of it), and its newer file must not re-measure the cells."""
+    changes (it reads all of it), and its newer file must not re-measure the cells. The check
+    is a checkpoint (preflight.smk): once it has run, Snakemake decides anew which cells
+    run; without that it looks at no job below an ancient input whose job runs."""
     engine = GRID.configs[config_name].engine.name
     return ancient(layout.ENGINE_CHECK.format(engine=engine))
 
