@@ -20,6 +20,7 @@ from gridbench.cells.records import (
     EngineRecord,
     FailureRecord,
 )
+from gridbench.cells.telemetry import absent
 from gridbench.config.grid import ServingConfig
 from gridbench.engines.runtime import ImageInfo
 from gridbench.engines.spec_metrics import Acceptance, SpecCounters, acceptance
@@ -199,6 +200,7 @@ def provenance_record(
         bench=bench,
         prefix_cache_reset=True,
         spec_decode=spec,
+        telemetry=absent("NVML unavailable: a synthetic record read no GPU"),
     )
 
 

@@ -137,6 +137,11 @@ def test_a_real_cell_gives_graphs_report_and_the_shapes_the_fixtures_assume(work
     )
     assert "Partial results" not in report
     assert "decode_vs_context.png" in build_report(workdir, "grid.yaml")
+    # the GPU time ledger from the sweep's own events: its engine is still up while the report
+    # is written (the sweep stops it afterwards), so its time ends at its last cell
+    assert "| engine starts (1) |" in report and "| measurement (5 cells) |" in report
+    assert "1 engine had no stop recorded when this was written" in report
+    assert "- GPU time: " in report.split("## Checks")[0]
 
     # the synthetic records of the report's fixtures have the keys real cells write
     real_raw = json.loads((workdir / "results/raw/D_f16_draft4/depth_0.json").read_text())
@@ -150,7 +155,11 @@ def test_a_real_cell_gives_graphs_report_and_the_shapes_the_fixtures_assume(work
     assert set(fake_raw) == set(real_raw)
     assert set(fake_raw["benchmarks"][0]) == set(real_raw["benchmarks"][0])
     assert set(fake_prov) == set(real_prov)
-    for key in ("engine", "host", "versions", "bench", "spec_decode"):
+    # no NVML on a CPU host: the telemetry says why, with no value and no series file
+    assert real_prov["telemetry"]["reason"].startswith("NVML unavailable: ")
+    assert real_prov["telemetry"]["energy_j"] is None and real_prov["telemetry"]["samples"] == 0
+    assert not list((workdir / "results").rglob("*.telemetry.jsonl"))
+    for key in ("engine", "host", "versions", "bench", "spec_decode", "telemetry"):
         assert set(fake_prov[key]) == set(real_prov[key]), key
     grid = load_grid_files([config_path])
     cell = cell_from_grid(grid, "benchy", "D_f16_draft4", ["cpu"], depth=0)

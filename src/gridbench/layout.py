@@ -18,6 +18,19 @@ ENGINE_CHECK = "results/preflight/{engine}.json"
 SCRATCH = "results/.tmp"
 SCRATCH_PREFIX = "{config}-{cell_id}-{started_s}-"
 ENGINE_EVENTS = "logs/engines/events.jsonl"
+# a cell's GPU telemetry series (cells.telemetry), beside its provenance record
+PROVENANCE_SUFFIX = ".provenance.json"
+TELEMETRY_SUFFIX = ".telemetry.jsonl"
+
+
+def telemetry_series(provenance: str) -> str:
+    """The telemetry series file of a cell, from its provenance record's path (or pattern)."""
+    return provenance.removesuffix(PROVENANCE_SUFFIX) + TELEMETRY_SUFFIX
+
+
+# a study run over several loans of a machine keeps each earlier loan's logs under logs/<loan>/
+# (studies/h200-vllm/logs/loan-1/): their engine events count in the study's GPU time ledger
+EARLIER_ENGINE_EVENTS = "logs/*/engines/events.jsonl"
 DATASET_CSV = "dataset/dataset.csv"
 DATASET_JSON = "dataset/dataset.json"
 DATASET_PARQUET = "dataset/dataset.parquet"

@@ -128,9 +128,10 @@ rule render_report:
     params:
         grid=GRID_FILE,
         datasets=get_report_dataset_options,
+        events=layout.ENGINE_EVENTS,
     shell:
         "gridbench report --grid {params.grid:q} --dataset {input.dataset:q} {params.datasets}"
-        " --graphs {input.graphs:q} --out {output:q} > {log:q} 2>&1"
+        " --events {params.events:q} --graphs {input.graphs:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule render_explorer:

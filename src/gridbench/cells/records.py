@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from gridbench.assets.manifest import ModelFile
 from gridbench.cells import provenance
+from gridbench.cells.telemetry import Telemetry
 from gridbench.config.grid import ServingConfig
 from gridbench.engines.runtime import ImageInfo
 from gridbench.engines.spec_metrics import Acceptance
@@ -137,6 +138,8 @@ class CellProvenance:
     spec_decode: Acceptance | None  # None without speculation
     # the served files an asset step listed in its MANIFEST.json: package, version, sha256
     weights: tuple[ModelFile, ...] = field(default=(), metadata=codec.OMITTED_WHEN_DEFAULT)
+    # the GPUs over the measurement (cells.telemetry); absent in records older than it
+    telemetry: Telemetry | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ from gridbench import layout
 from gridbench.assets.manifest import manifest_entries
 from gridbench.cells import provenance
 from gridbench.cells.kinds import Cell
-from gridbench.cells.records import CellProvenance, EngineRecord, FailureRecord
+from gridbench.cells.records import CellProvenance, EngineRecord, FailureRecord, Measured
+from gridbench.cells.telemetry import NvmlSampler, Telemetry
 from gridbench.engines.events import now_iso
 from gridbench.engines.manager import EngineLease, SlotManager
 from gridbench.errors import (
@@ -77,28 +78,16 @@ def run_cell(spec: Cell, outputs: dict[str, Path]) -> int:
                 f"at {engine.base_url} (slot {engine.slot})"
             )
             try:
-                measured = spec.measure(engine, scratch)
+                with NvmlSampler([gpu.uuid for gpu in provenance.slot_gpus(engine.slots)]) as sampler:
+                    measured = spec.measure(engine, scratch)
             except BenchmarkError as err:
                 if not manager.is_alive(engine):  # the load generator failed because of it
                     raise _engine_died(spec, manager, engine) from err
                 raise
             if not manager.is_alive(engine):
                 raise _engine_died(spec, manager, engine)
-            record = CellProvenance(
-                cell=spec.what,
-                config=cfg.name,
-                fingerprint=cfg.fingerprint(),
-                effective_config=provenance.redact_config(cfg),
-                engine=EngineRecord.from_lease(engine, cfg),
-                host=provenance.host_info(),
-                started_at=started_at,
-                finished_at=now_iso(),
-                versions=measured.versions,
-                bench=measured.bench,
-                prefix_cache_reset=measured.prefix_cache_reset,
-                spec_decode=measured.spec_decode,
-                weights=manifest_entries(cfg.weight_files),
-            )
+            series = Path(layout.telemetry_series(str(outputs["provenance"])))
+            record = _provenance(spec, engine, started_at, measured, sampler.telemetry(series))
             for key, data in measured.files.items():
                 atomic_write_bytes(outputs[key], data)
             atomic_write_json(outputs["provenance"], codec.to_json(record))
@@ -107,6 +96,7 @@ def run_cell(spec: Cell, outputs: dict[str, Path]) -> int:
     except (GridbenchError, _Interrupted, Exception) as caught:
         for path in outputs.values():
             path.unlink(missing_ok=True)  # nothing partial may pass as a result
+        Path(layout.telemetry_series(str(outputs["provenance"]))).unlink(missing_ok=True)
         failure = _disk_full(spec, caught) or caught
         if engine is not None and (
             isinstance(failure, EngineError | _Interrupted) or not manager.is_alive(engine)
@@ -119,6 +109,29 @@ def run_cell(spec: Cell, outputs: dict[str, Path]) -> int:
         return 130 if isinstance(failure, _Interrupted) else getattr(failure, "exit_code", 1)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _provenance(
+    spec: Cell, engine: EngineLease, started_at: str, measured: Measured, telemetry: Telemetry
+) -> CellProvenance:
+    """The provenance record of a cell ``engine`` served and ``spec.measure`` measured."""
+    cfg = spec.serving_config
+    return CellProvenance(
+        cell=spec.what,
+        config=cfg.name,
+        fingerprint=cfg.fingerprint(),
+        effective_config=provenance.redact_config(cfg),
+        engine=EngineRecord.from_lease(engine, cfg),
+        host=provenance.host_info(),
+        started_at=started_at,
+        finished_at=now_iso(),
+        versions=measured.versions,
+        bench=measured.bench,
+        prefix_cache_reset=measured.prefix_cache_reset,
+        spec_decode=measured.spec_decode,
+        weights=manifest_entries(cfg.weight_files),
+        telemetry=telemetry,
+    )
 
 
 def _disk_full(spec: Cell, err: BaseException) -> DiskFullError | None:

@@ -200,6 +200,7 @@ def cmd_finalize(args: argparse.Namespace) -> int:
     the aggregate rules' steps, in one process."""
     from gridbench import layout
     from gridbench.aggregate import plots
+    from gridbench.aggregate.ledger import event_files_here
 
     grid = grid_from_json(args.grid)
     root = args.outdir
@@ -217,7 +218,7 @@ def cmd_finalize(args: argparse.Namespace) -> int:
         figures.update(plots.quality_figures(quality, depth))
     graphs = plots.save(figures, root / Path(layout.GRAPH).parent)
     print(f"wrote {len(graphs)} graphs to {root / Path(layout.GRAPH).parent}")
-    write_report(grid, depth, natural, graphs, root / layout.REPORT, quality)
+    write_report(grid, depth, natural, graphs, root / layout.REPORT, quality, event_files_here())
     write_explorer_file(root / layout.EXPLORER, depth, natural, grid, quality)
     return 0
 

@@ -163,12 +163,16 @@ def write_report(
     graphs: Sequence[Path],
     out: Path,
     quality: pd.DataFrame | None = None,
+    events: Sequence[Path] | None = None,
 ) -> None:
+    """comparison.md; ``events`` (engine events files) add the GPU time ledger."""
+    from gridbench.aggregate.ledger import read_ledger
     from gridbench.aggregate.report import is_partial, render_report
     from gridbench.util.files import atomic_write_text
 
     links = [Path(os.path.relpath(g, out.parent)).as_posix() for g in graphs]
-    atomic_write_text(out, render_report(grid, dataset, natural, links, quality))
+    ledger = read_ledger(grid, events) if events is not None else None
+    atomic_write_text(out, render_report(grid, dataset, natural, links, quality, ledger))
     _warn_checks(grid, dataset, natural, quality)
     print(f"wrote {out}{' (PARTIAL: some cells failed)' if is_partial(dataset, natural) else ''}")
 
@@ -176,7 +180,9 @@ def write_report(
 def cmd_report(args: argparse.Namespace) -> int:
     natural = read_frame(args.natural) if args.natural else None
     quality = read_frame(args.quality) if args.quality else None
-    write_report(grid_from_json(args.grid), read_frame(args.dataset), natural, args.graphs, args.out, quality)
+    grid = grid_from_json(args.grid)
+    events = args.events or None
+    write_report(grid, read_frame(args.dataset), natural, args.graphs, args.out, quality, events)
     return 0
 
 
@@ -287,6 +293,13 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--natural", type=Path, help="dataset/natural.parquet, when the study has one")
     p.add_argument("--quality", type=Path, help="dataset/quality.parquet, when the study has one")
     p.add_argument("--graphs", nargs="*", default=[], type=Path, help="PNG files to embed, in order")
+    p.add_argument(
+        "--events",
+        action="append",
+        type=Path,
+        help="an engine events file (logs/engines/events.jsonl; repeat for several): adds the "
+        "GPU time ledger (a file that does not exist holds no events)",
+    )
     p.add_argument("--out", required=True, type=Path)
     p.set_defaults(func=cmd_report)
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from gridbench.aggregate import analysis
+from gridbench.aggregate.ledger import GpuLedger
 from gridbench.aggregate.report.appendix import failures_section, full_data, graphs_section
 from gridbench.aggregate.report.depth import (
     acceptance_section,
@@ -21,6 +22,7 @@ from gridbench.aggregate.report.depth import (
     startup_section,
     summary_table,
 )
+from gridbench.aggregate.report.ledger import METHOD_LINE, ledger_section, ledger_verdict_line
 from gridbench.aggregate.report.natural import (
     capacity_section,
     natural_section,
@@ -40,9 +42,11 @@ def render_report(
     natural: pd.DataFrame | None = None,
     graphs: Sequence[str] = (),
     quality: pd.DataFrame | None = None,
+    ledger: GpuLedger | None = None,
 ) -> str:
     """The whole comparison.md. ``graphs`` are links to the PNG files, relative to the report;
-    ``quality`` (the quality dataset, with a quality section) adds its check and section."""
+    ``quality`` (the quality dataset, with a quality section) adds its check and section;
+    ``ledger`` (the engines' GPU time, aggregate.ledger) adds a verdict line and its section."""
     study = grid.study
     # plain object columns: the many small selections below run ~3x faster than on Arrow
     # strings and nullable dtypes, and every value renders the same
@@ -51,16 +55,17 @@ def render_report(
     sections = [
         f"# {study.title or 'gridbench comparison'}",
         partial_banner(dataset, natural),
-        "## Verdict\n\n" + verdict(grid, dataset, natural, quality),
+        "## Verdict\n\n" + _with_ledger_line(verdict(grid, dataset, natural, quality), ledger),
         "## Checks\n\n" + checks_section(grid, dataset, natural, quality),
         phenomena_section(grid, dataset, natural),
-        "## Method\n\n" + method(grid, dataset, natural),
+        "## Method\n\n" + method(grid, dataset, natural) + ("\n" + METHOD_LINE if ledger is not None else ""),
         "## Environment and provenance\n\n" + environment(grid, dataset, natural),
         "## Configs\n\n" + configs_table(grid, dataset),
         "## Summary: decode tok/s and TTFT by context depth\n\n" + summary_table(dataset),
         "## Speedup over baseline\n\n" + speedup_section(dataset, study),
         "## Engine comparison\n\n" + engine_section(dataset),
         "## Engine start-up\n\n" + startup_section(dataset, natural),
+        "## GPU time\n\n" + ledger_section(ledger) if ledger is not None else "",
         "## Roofline realisation\n\n" + roofline_section(dataset, study),
         "## Speculative decoding acceptance\n\n" + acceptance_section(dataset),
     ]
@@ -85,6 +90,11 @@ def render_report(
         "## Full data\n\n" + full_data(dataset),
     ]
     return "\n\n".join(s for s in sections if s) + "\n"
+
+
+def _with_ledger_line(verdict_text: str, ledger: GpuLedger | None) -> str:
+    line = ledger_verdict_line(ledger) if ledger is not None else None
+    return verdict_text + f"\n- {line}" if line else verdict_text
 
 
 def _failed(frame: pd.DataFrame | None) -> int:

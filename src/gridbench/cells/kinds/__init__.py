@@ -15,6 +15,7 @@ from gridbench.cells.kinds.base import Cell, CellKind, PlannedCell
 from gridbench.cells.kinds.benchy import BENCHY, CACHED
 from gridbench.cells.kinds.natural import NATURAL
 from gridbench.cells.kinds.quality import QUALITY
+from gridbench.layout import telemetry_series
 
 CELL_KINDS: dict[str, CellKind[PlannedCell]] = {
     kind.name: kind for kind in (BENCHY, NATURAL, QUALITY, CACHED)
@@ -34,7 +35,11 @@ def result_folders() -> list[str]:
 def cell_file_pattern() -> re.Pattern[str]:
     """What the kinds' cells write as results and provenance records: a relative path that
     does not match it is no cell's."""
-    patterns = [p for kind in CELL_KINDS.values() for p in (kind.patterns.raw, kind.patterns.provenance)]
+    patterns = [
+        p
+        for kind in CELL_KINDS.values()
+        for p in (kind.patterns.raw, kind.patterns.provenance, telemetry_series(kind.patterns.provenance))
+    ]
     # every {wildcard} stands for one path segment
     return re.compile("|".join("[^/]+".join(map(re.escape, re.split(r"\{\w+\}", p))) for p in patterns))
 
