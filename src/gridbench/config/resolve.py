@@ -156,7 +156,12 @@ def resolve_grid(sections: ConfigSections, source: str) -> Grid:
     _check_prefix_cache_pass(source, prefix_cache_pass, configs)
     benchy = sections.benchy.settings
     _check_every_config_fits_a_cell(source, benchy, configs)
-    if not sections.depths and sections.natural is None and sections.quality is None and sections.load is None:
+    if (
+        not sections.depths
+        and sections.natural is None
+        and sections.quality is None
+        and sections.load is None
+    ):
         raise ConfigError(
             f"{source}: the study measures nothing: depths is empty and there is no natural section "
             "(nor a quality or load section)",

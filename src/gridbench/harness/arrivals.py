@@ -8,9 +8,10 @@ times, and a cell measured again is sent them again.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 
+from gridbench.util import codec
 from gridbench.util.files import JsonObject
 
 POISSON, GAMMA = "poisson", "gamma"
@@ -28,6 +29,13 @@ class Arrival:
         """The cell coordinate's value: "poisson", "gamma0.5"."""
         return self.process if self.process == POISSON else f"{self.process}{self.shape:g}"
 
+    @classmethod
+    def from_name(cls, name: str) -> Arrival:
+        """The process a coordinate value names (its shape as the name writes it)."""
+        if name == POISSON:
+            return cls(POISSON)
+        return cls(GAMMA, float(name.removeprefix(GAMMA)))
+
 
 @dataclass(frozen=True)
 class Slo:
@@ -40,13 +48,11 @@ class Slo:
 
 
 @dataclass(frozen=True)
-class LoadSettings:
-    """The config's ``load`` section (schema defaults filled in)."""
+class Sending:
+    """How a load cell sends its requests: what its context holds of the section. The rates,
+    classes and processes are the cells' coordinates and the SLO is judged by the dataset,
+    so adding a rate or changing the SLO measures no cell again."""
 
-    prompt_classes: tuple[str, ...]
-    prompt_file: str | None
-    arrivals: tuple[Arrival, ...]
-    rates: tuple[float, ...]
     requests: int
     max_tokens: int
     temperature: float
@@ -55,11 +61,18 @@ class LoadSettings:
     extra_body: JsonObject
     seed: int
     request_timeout_s: float
-    slo: Slo
 
-    def arrival(self, name: str) -> Arrival:
-        """The declared arrival process of that coordinate value."""
-        return next(a for a in self.arrivals if a.name == name)
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """The config's ``load`` section (schema defaults filled in)."""
+
+    prompt_classes: tuple[str, ...]
+    prompt_file: str | None
+    arrivals: tuple[Arrival, ...]
+    rates: tuple[float, ...]
+    sending: Sending = field(metadata=codec.INLINE)
+    slo: Slo
 
 
 def rate_name(rate: float) -> str:

@@ -249,7 +249,7 @@ async def _on_request_sent(_session: Any, context: Any, _params: Any) -> None:  
     context.trace_request_ctx["ns"] = time.perf_counter_ns()
 
 
-def _session() -> aiohttp.ClientSession:
+def client_session() -> aiohttp.ClientSession:
     """A fresh connection per request (see the module docstring), no pool limit (the
     semaphore is the limit), and a request's clock starting when it is sent: opening its
     connection is the harness's cost, not the server's."""
@@ -312,7 +312,7 @@ async def run_requests(
         on_finished(result)
         return result
 
-    async with _session() as session:
+    async with client_session() as session:
         return list(await asyncio.gather(*(one(request) for request in requests)))
 
 
@@ -412,7 +412,7 @@ def _worker(
             finished.put(trace)
 
     async def run() -> None:
-        async with _session() as session:
+        async with client_session() as session:
             await asyncio.gather(*(slot(session) for _ in range(slots)))
 
     asyncio.run(run())
