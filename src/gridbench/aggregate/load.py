@@ -23,6 +23,7 @@ from gridbench.aggregate.records import (
     Failure,
     MeasuredCell,
     Provenance,
+    column_names,
     read_cells,
     row_columns,
     typed_document,
@@ -63,8 +64,8 @@ BOOLEANS = [*dataset.BOOLEAN_COLUMNS, "saturated", "slo_met"]
 FLOATS = [
     "active_weight_gb",
     "rate_req_s",
-    *[c for c in row_columns(LoadSummary) if c not in ("requests", "ok", "saturated")],
-    *[c for c in row_columns(SloOutcome) if c not in ("slo_percentile", "slo_met", "binding_constraint")],
+    *[c for c in column_names(LoadSummary) if c not in ("requests", "ok", "saturated")],
+    *[c for c in column_names(SloOutcome) if c not in ("slo_percentile", "slo_met", "binding_constraint")],
     *[c for c in dataset.FLOAT_COLUMNS if c in dataset.PROVENANCE],
 ]
 

@@ -1,11 +1,12 @@
 """The open-loop load harness: each request sent at its scheduled time, whether or not the
 earlier ones have ended, through the natural harness's streaming client.
 
-One asyncio loop sends the schedule: it sleeps until shortly before a request is due, then
-yields to the loop until the due time (asyncio's timers wake up to a millisecond late, as
-epoll counts in milliseconds), and starts the request as a task of its own. A request's send
-time is when its body went out (the natural harness's clock), so its lag behind the schedule
-is what the server saw of the client; benchmarks/load_schedule.py measures it.
+One asyncio loop sends the schedule: a few milliseconds before a request is due it starts
+the request as a task of its own, which opens its connection and then waits for the due
+time before the request goes out (natural.stream_request's ``due_ns``), so neither a late
+timer nor opening a connection delays it. A request's send time is when its body went out
+(the natural harness's clock), so its lag behind the schedule is what the server saw of the
+client; benchmarks/load_schedule.py measures it.
 """
 
 from __future__ import annotations
@@ -25,18 +26,8 @@ LOAD_GENERATOR = "gridbench-load"
 # the schedule's origin lies this far after the loop starts: the first request is not late
 # for the session's set-up
 _START_DELAY_NS = 20_000_000
-# the last stretch before a due time is spent yielding to the loop rather than in a timer
-_SPIN_NS = 2_000_000
-
-
-async def _until(due_ns: int) -> None:
-    """Return at ``due_ns`` (perf_counter_ns), other tasks running meanwhile."""
-    ahead_ns = due_ns - time.perf_counter_ns() - _SPIN_NS
-    if ahead_ns > 0:
-        await asyncio.sleep(ahead_ns / 1e9)
-    # no event to wait on: a timer is what wakes late, so the loop is yielded to until due
-    while time.perf_counter_ns() < due_ns:  # noqa: ASYNC110
-        await asyncio.sleep(0)
+# a request's task starts this long before it is due, to open its connection by then
+_CONNECT_LEAD_NS = 5_000_000
 
 
 @dataclass(frozen=True)
@@ -57,8 +48,8 @@ async def send_open_loop(
 ) -> OpenLoopRun:
     """Send ``requests[k]`` at ``offsets_s[k]`` after the origin, never waiting for another."""
 
-    async def one(request: natural.ChatRequest) -> RequestTrace:
-        trace = await natural.stream_request(session, endpoint, request, timeout_s)
+    async def one(request: natural.ChatRequest, due_ns: int) -> RequestTrace:
+        trace = await natural.stream_request(session, endpoint, request, timeout_s, due_ns)
         on_finished(trace)
         return trace
 
@@ -67,8 +58,8 @@ async def send_open_loop(
         due = tuple(origin_ns + round(offset * 1e9) for offset in offsets_s)
         tasks = []
         for request, due_ns in zip(requests, due, strict=True):
-            await _until(due_ns)
-            tasks.append(asyncio.create_task(one(request)))
+            await natural.wait_until(due_ns - _CONNECT_LEAD_NS)
+            tasks.append(asyncio.create_task(one(request, due_ns)))
         traces = await asyncio.gather(*tasks)
     return OpenLoopRun(origin_ns, due, tuple(traces))
 
