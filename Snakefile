@@ -20,6 +20,7 @@ include: "workflow/rules/preflight.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/natural.smk"
 include: "workflow/rules/quality.smk"
+include: "workflow/rules/load.smk"
 include: "workflow/rules/dataset.smk"
 include: "workflow/rules/report.smk"
 

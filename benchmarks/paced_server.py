@@ -14,7 +14,12 @@ keep-alive (streams are sent chunked), chunked request bodies, ``Expect: 100-con
 which both can invert), and streaming with usage (``stream_options.include_usage``). Several
 processes share the port (SO_REUSEPORT) when one loop cannot write the load alone.
 
-    python benchmarks/paced_server.py serve PORT CONTROL_PORT TTFT_MS GAP_MS TOKENS
+With ``SLOTS``, a process streams at most that many completions at once and queues the rest
+first come, first served; a queued request's schedule starts when it gets a slot. Its
+capacity is then known: SLOTS / (TTFT + (TOKENS - 1) x GAP) requests per second, beyond which
+the queue, and TTFT with it, grows without bound (what the load cells' SLO test probes).
+
+    python benchmarks/paced_server.py serve PORT CONTROL_PORT TTFT_MS GAP_MS TOKENS [SLOTS]
 """
 
 from __future__ import annotations
@@ -241,21 +246,33 @@ def prompt_text(request: dict) -> str:
     return prompt
 
 
-def serve(port: int, control_port: int, ttft_ms: float, gap_ms: float, tokens: int) -> None:
+def serve(
+    port: int, control_port: int, ttft_ms: float, gap_ms: float, tokens: int, slots: int | None = None
+) -> None:
     """One server process: the shared port (SO_REUSEPORT spreads connections over the
     processes) and its own control port for /log. Raw non-blocking sockets on asyncio."""
     log: list[dict] = []
     events = {kind: token_events(kind, tokens) for kind in ("chat", "completion")}
     tasks: set[asyncio.Future] = set()
 
+    gate = asyncio.Semaphore(slots) if slots else None  # FIFO: waiters wake in arrival order
+
     async def stream(conn: socket.socket, request: Request, kind: str, n: int, usage: dict, prompt: str):
-        """The tokens on their schedule, each event a chunk of its own; the last token, the
-        usage block and [DONE] in one write, so the stream ends when its last token is out."""
+        """The stream once a slot is free (at once without SLOTS)."""
+        if gate is None:
+            return await stream_from(request.arrival, conn, request, kind, n, usage, prompt)
+        async with gate:
+            start = max(request.arrival, time.perf_counter_ns())
+            await stream_from(start, conn, request, kind, n, usage, prompt)
+
+    async def stream_from(start: int, conn, request: Request, kind: str, n: int, usage: dict, prompt: str):
+        """The tokens on their schedule from ``start``, each event a chunk of its own; the last
+        token, the usage block and [DONE] in one write, so the stream ends when its last token is out."""
         await send(conn, head("200 OK", b"text/event-stream", request.keep_alive, None))
         sent, lateness = [], []
         token_events = events[kind]
         for k in range(n):
-            target = request.arrival + int((ttft_ms + k * gap_ms) * 1e6)
+            target = start + int((ttft_ms + k * gap_ms) * 1e6)
             delay = target - time.perf_counter_ns()
             if delay > 0:
                 await asyncio.sleep(delay / 1e9)
@@ -354,10 +371,12 @@ def _free_port() -> int:
 class PacedServer:
     """``processes`` server processes on one port, each started as ``this script serve ...``."""
 
-    def __init__(self, ttft_ms: float, gap_ms: float, tokens: int, processes: int) -> None:
+    def __init__(
+        self, ttft_ms: float, gap_ms: float, tokens: int, processes: int, slots: int | None = None
+    ) -> None:
         self.port = _free_port()
         self.control_ports = [_free_port() for _ in range(processes)]
-        timing = [str(ttft_ms), str(gap_ms), str(tokens)]
+        timing = [str(ttft_ms), str(gap_ms), str(tokens), *([str(slots)] if slots else [])]
         self.procs = [
             subprocess.Popen([sys.executable, __file__, "serve", str(self.port), str(control), *timing])
             for control in self.control_ports
@@ -405,10 +424,11 @@ class PacedServer:
 
 
 def main() -> None:
-    if sys.argv[1:2] != ["serve"] or len(sys.argv) != 7:
+    if sys.argv[1:2] != ["serve"] or len(sys.argv) not in (7, 8):
         raise SystemExit(__doc__.rsplit("\n\n", 1)[-1])
     port, control_port, ttft_ms, gap_ms, tokens = sys.argv[2:7]
-    serve(int(port), int(control_port), float(ttft_ms), float(gap_ms), int(tokens))
+    slots = int(sys.argv[7]) if len(sys.argv) == 8 else None
+    serve(int(port), int(control_port), float(ttft_ms), float(gap_ms), int(tokens), slots)
 
 
 if __name__ == "__main__":

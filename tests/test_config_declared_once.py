@@ -53,6 +53,7 @@ from gridbench.config.resolve import (
     QualitySection,
     ServingOverrides,
 )
+from gridbench.harness.arrivals import Arrival, LoadSettings, Slo
 from gridbench.harness.prompts import NaturalSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,6 +92,9 @@ MIRRORS = {
     BenchySection,
     NaturalSettings,
     QualitySection,
+    LoadSettings,
+    Arrival,
+    Slo,
 }
 
 

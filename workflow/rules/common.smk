@@ -6,7 +6,7 @@ from snakemake.logging import logger
 
 from gridbench import layout
 from gridbench.cells.context import write_context
-from gridbench.cells.kinds import CELL_KINDS
+from gridbench.cells.kinds import CELL_KINDS, wildcard_patterns
 from gridbench.cells.plan import run_order, sweep_plan
 from gridbench.config.loading import load_grid
 from gridbench.engines.manager import detect_gpus
@@ -34,11 +34,7 @@ ORDER = run_order(GRID)
 
 
 wildcard_constraints:
-    **{
-        name: pattern
-        for kind in CELL_KINDS.values()
-        for name, pattern in kind.wildcard_patterns(GRID).items()
-    },
+    **wildcard_patterns(GRID),
     config="|".join(PLAN.configs) or "NO_CONFIG",
     engine="|".join(GRID.configs[c].engine.name for c in PLAN.configs) or "NO_ENGINE",
 
@@ -46,7 +42,7 @@ wildcard_constraints:
 def get_final_outputs():
     """The datasets, graphs, report and explorer (the depth dataset is empty in a study without a
     llama-benchy sweep; the natural dataset exists when the study has a natural matrix, the
-    quality dataset when it has a quality section).
+    quality dataset when it has a quality section, the load dataset when it has a load section).
     """
     outputs = [
         layout.DATASET_CSV,
@@ -60,6 +56,8 @@ def get_final_outputs():
         outputs += [layout.NATURAL_CSV, layout.NATURAL_PARQUET]
     if GRID.quality:
         outputs += [layout.QUALITY_CSV, layout.QUALITY_PARQUET]
+    if GRID.load:
+        outputs += [layout.LOAD_CSV, layout.LOAD_PARQUET]
     return outputs
 
 
@@ -83,6 +81,10 @@ def get_natural_results(wildcards):
 
 def get_quality_results(wildcards):
     return _results_of("quality")
+
+
+def get_load_results(wildcards):
+    return _results_of("load")
 
 
 def get_graphs(wildcards):
@@ -237,6 +239,7 @@ localrules:
     build_dataset,
     build_natural_dataset,
     build_quality_dataset,
+    build_load_dataset,
     plot_depth_graphs,
     plot_natural_graphs,
     plot_quality_graph,

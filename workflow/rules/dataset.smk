@@ -38,6 +38,21 @@ rule build_natural_dataset:
         " --csv {output.csv:q} --parquet {output.parquet:q} > {log:q} 2>&1"
 
 
+rule build_load_dataset:
+    input:
+        get_load_results,
+    output:
+        csv=layout.LOAD_CSV,
+        parquet=layout.LOAD_PARQUET,
+    log:
+        "logs/dataset/build_load_dataset.log",
+    params:
+        grid=GRID_FILE,
+    shell:
+        "gridbench load-dataset --grid {params.grid:q}"
+        " --csv {output.csv:q} --parquet {output.parquet:q} > {log:q} 2>&1"
+
+
 rule build_quality_dataset:
     input:
         get_quality_results,

@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from gridbench.cells.kinds import CELL_KINDS, PlannedCell
 from gridbench.cells.kinds.base import KindPlan, Skipped
 from gridbench.cells.kinds.benchy import BENCHY, CACHED, DepthCellPlan
+from gridbench.cells.kinds.load import LOAD, LoadCellPlan
 from gridbench.cells.kinds.natural import NATURAL, NaturalCellPlan
 from gridbench.cells.kinds.quality import QUALITY, QualityCellPlan
 from gridbench.config.grid import Grid, ServingConfig
 from gridbench.errors import ConfigError
+from gridbench.harness.arrivals import Slo
 from gridbench.harness.prompts import QualitySettings
 
 
@@ -96,6 +98,27 @@ def quality_plan(grid: Grid) -> QualityPlan:
         cells=QUALITY.plan(grid, selected).cells,
         settings=grid.quality,
         baselines=grid.study.baseline,
+    )
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """What the load dataset reads: the load cells in run order, and the SLO they are judged by."""
+
+    configs: dict[str, ServingConfig]
+    cells: tuple[LoadCellPlan, ...]
+    slo: Slo
+
+
+def load_plan(grid: Grid) -> LoadPlan:
+    if grid.load is None:
+        raise ConfigError(
+            f"{grid.source}: the grid has no load section, so no load dataset",
+            hint="add a load: section to the config (docs/config-reference.md#load)",
+        )
+    selected = grid.selected()
+    return LoadPlan(
+        configs={c.name: c for c in selected}, cells=LOAD.plan(grid, selected).cells, slo=grid.load.slo
     )
 
 

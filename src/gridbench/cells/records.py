@@ -57,13 +57,26 @@ class QualityInvocation:
 
 
 @dataclass(frozen=True)
+class LoadInvocation:
+    """How a load cell's open loop ran: where it sent, its clock, its warm-ups, its schedule."""
+
+    url: str
+    model: str
+    started_at: str
+    finished_at: str
+    wall_s: float  # of the scheduled requests alone
+    warmup: tuple[WarmupOutcome, ...]
+    schedule_seed: int  # load.seed; the provenance's key that no other invocation has
+
+
+@dataclass(frozen=True)
 class Measured:
     """What a cell's measurement produced: its output files' bytes and its part of the
     cell's provenance record."""
 
     files: dict[str, bytes]  # by output key ("raw")
     versions: provenance.Versions
-    bench: BenchyInvocation | NaturalInvocation | QualityInvocation
+    bench: BenchyInvocation | NaturalInvocation | QualityInvocation | LoadInvocation
     prefix_cache_reset: bool  # whether the engine's prefix cache was emptied before the cell
     spec_decode: Acceptance | None  # None without speculation
 
@@ -76,6 +89,9 @@ class CellCoordinates:
     prefix_cache: bool
     prompt_class: str | None
     concurrency: int | None
+    # a load cell's; the other kinds' failure records keep the keys they had
+    arrival: str | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
+    rate_req_s: float | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
 
 
 @dataclass(frozen=True)
@@ -131,7 +147,7 @@ class CellProvenance:
     finished_at: str
     versions: provenance.Versions
     # None only in the report fixtures' natural records (tests/synthetic.py), which have no bench
-    bench: BenchyInvocation | NaturalInvocation | QualityInvocation | None = field(
+    bench: BenchyInvocation | NaturalInvocation | QualityInvocation | LoadInvocation | None = field(
         default=None, metadata=codec.OMITTED_WHEN_DEFAULT
     )
     prefix_cache_reset: bool  # whether the engine's prefix cache was emptied before the cell
@@ -148,7 +164,7 @@ class FailureRecord:
 
     cell: str  # how messages name the cell
     config: str
-    kind: str  # the cell's kind: "benchy", "natural" or "quality"
+    kind: str  # the cell's kind: "benchy", "natural", "quality" or "load"
     coordinates: CellCoordinates = field(metadata=codec.INLINE)
     error_type: str  # the error's class name, or "interrupted"
     reason: str

@@ -116,6 +116,31 @@ def cmd_quality_dataset(args: argparse.Namespace) -> int:
     return 0
 
 
+def write_load_dataset(grid: Grid, csv: Path, parquet: Path) -> pd.DataFrame:
+    from gridbench.aggregate.load import build_from_plan
+    from gridbench.cells.plan import load_plan
+
+    frame, capacities = build_from_plan(load_plan(grid), csv=csv, parquet=parquet)
+    print_counts("load", frame, [csv, parquet])
+    for found in capacities:
+        where = f"{found.config} {found.prompt_class} {found.arrival}"
+        if found.capacity_req_s is None:
+            print(f"capacity: {where}: no measured rate met the SLO")
+            continue
+        failing = found.first_failing_req_s
+        print(
+            f"capacity: {where}: {found.capacity_req_s:g} req/s meets the SLO "
+            f"({found.goodput_tok_s} goodput tok/s, {found.binding_constraint} binding); first failing "
+            f"rate: {'none measured' if failing is None else f'{failing:g} req/s'}"
+        )
+    return frame
+
+
+def cmd_load_dataset(args: argparse.Namespace) -> int:
+    write_load_dataset(grid_from_json(args.grid), args.csv, args.parquet)
+    return 0
+
+
 def read_frame(path: Path) -> pd.DataFrame:
     import pandas as pd
 
@@ -274,6 +299,14 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--csv", required=True, type=Path)
     p.add_argument("--parquet", required=True, type=Path)
     p.set_defaults(func=cmd_quality_dataset)
+
+    p = sub.add_parser(
+        "load-dataset", help="judge the load cells by the SLO into dataset/load.*, and each config's capacity"
+    )
+    p.add_argument("--grid", required=True, type=Path, help=grid_help)
+    p.add_argument("--csv", required=True, type=Path)
+    p.add_argument("--parquet", required=True, type=Path)
+    p.set_defaults(func=cmd_load_dataset)
 
     p = sub.add_parser("plot", help="draw the graphs of one matrix from its dataset (PNG)")
     p.add_argument(

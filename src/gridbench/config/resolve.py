@@ -28,6 +28,7 @@ from gridbench.config.grid import (
 )
 from gridbench.engines.kinds import engine_kind
 from gridbench.errors import ConfigError
+from gridbench.harness.arrivals import POISSON, LoadSettings
 from gridbench.harness.prompts import NaturalSettings, QualitySettings, load_prompts
 from gridbench.util import codec
 from gridbench.util.files import JsonObject
@@ -130,6 +131,7 @@ class ConfigSections:
     gpu_slots: tuple[str, ...] | None
     natural: NaturalSettings | None = None
     quality: QualitySection | None = None
+    load: LoadSettings | None = None
     study: StudyInfo = field(default_factory=StudyInfo)
     filters: Filters = field(default_factory=Filters, metadata=codec.INLINE)
 
@@ -154,12 +156,18 @@ def resolve_grid(sections: ConfigSections, source: str) -> Grid:
     _check_prefix_cache_pass(source, prefix_cache_pass, configs)
     benchy = sections.benchy.settings
     _check_every_config_fits_a_cell(source, benchy, configs)
-    if not sections.depths and sections.natural is None and sections.quality is None:
+    if (
+        not sections.depths
+        and sections.natural is None
+        and sections.quality is None
+        and sections.load is None
+    ):
         raise ConfigError(
             f"{source}: the study measures nothing: depths is empty and there is no natural section "
-            "(nor a quality section)",
-            hint="list llama-benchy depths, or add a natural: or quality: section",
+            "(nor a quality or load section)",
+            hint="list llama-benchy depths, or add a natural:, quality: or load: section",
         )
+    _check_load(sections.load, source)
     allowed: dict[FilterKey, list[str]] = {
         "config": list(configs),
         "engine": list(dict.fromkeys(c.engine.name for c in configs.values())),
@@ -173,6 +181,7 @@ def resolve_grid(sections: ConfigSections, source: str) -> Grid:
         benchy=benchy,
         natural=sections.natural,
         quality=_quality(sections.quality, sections.natural, configs, source),
+        load=sections.load,
         study=sections.study,
         gpu_slots=sections.gpu_slots or None,
         prefix_cache_pass=prefix_cache_pass,
@@ -259,6 +268,25 @@ def _check_every_config_fits_a_cell(
                 f"configs.{name}'s max_model_len {cfg.serving.max_model_len}: no cell could run",
                 hint="lower benchy.pp/tg or raise serving.max_model_len",
             )
+
+
+def _check_load(load: LoadSettings | None, source: str) -> None:
+    """A gamma process states its shape, Poisson has none, and no process is listed twice."""
+    if load is None:
+        return
+    for index, arrival in enumerate(load.arrivals):
+        if (arrival.process == POISSON) != (arrival.shape is None):
+            raise ConfigError(
+                f"{source}: key load.arrivals.{index}: {arrival.process} "
+                + ("takes no shape" if arrival.process == POISSON else "needs a shape"),
+                hint="give gamma a shape (e.g. shape: 0.5 for bursts), and poisson none",
+            )
+    names = [a.name for a in load.arrivals]
+    if len(set(names)) != len(names):
+        raise ConfigError(
+            f"{source}: key load.arrivals: a process is listed twice ({', '.join(names)})",
+            hint="list each arrival process (and gamma shape) once",
+        )
 
 
 def _quality(

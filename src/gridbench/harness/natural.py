@@ -54,6 +54,9 @@ WARMUP_MAX_TOKENS = 128  # as AEON's bench_natural.py: warm-up compiles and auto
 REQUESTS_PER_PROCESS = 64
 _ERROR_BODY_CHARS = 300
 _WORKER_POLL_S = 1.0
+# asyncio's timers wake up to a millisecond late (epoll counts in milliseconds): the last
+# stretch before a due time is spent yielding to the loop instead
+_SPIN_NS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -137,11 +140,18 @@ def level_plan(settings: NaturalSettings, prompt: str, concurrency: int) -> Leve
 
 
 async def stream_request(
-    session: aiohttp.ClientSession, endpoint: Endpoint, request: ChatRequest, timeout_s: float
+    session: aiohttp.ClientSession,
+    endpoint: Endpoint,
+    request: ChatRequest,
+    timeout_s: float,
+    due_ns: int | None = None,
 ) -> RequestTrace:
-    """One streamed request, timed chunk by chunk; failures become a trace, never an exception."""
+    """One streamed request, timed chunk by chunk; failures become a trace, never an exception.
+    With ``due_ns`` (an open loop's), its connection opens at once and the request goes out
+    on it at that time."""
     payload = request.payload(endpoint.model)
-    sent = {"ns": None}  # set when the request goes out on its own, fresh connection
+    # "ns" is set when the request goes out on its own, fresh connection
+    sent: dict[str, int | None] = {"ns": None, "due_ns": due_ns}
     stream = _Stream(issued_ns=time.perf_counter_ns())
 
     def trace(status: str, error: str | None = None) -> RequestTrace:
@@ -249,13 +259,31 @@ async def _on_request_sent(_session: Any, context: Any, _params: Any) -> None:  
     context.trace_request_ctx["ns"] = time.perf_counter_ns()
 
 
-def _session() -> aiohttp.ClientSession:
+async def wait_until(due_ns: int) -> None:
+    """Return at ``due_ns`` (perf_counter_ns), other tasks running meanwhile."""
+    ahead_ns = due_ns - time.perf_counter_ns() - _SPIN_NS
+    if ahead_ns > 0:
+        await asyncio.sleep(ahead_ns / 1e9)
+    # no event to wait on: a timer is what wakes late, so the loop is yielded to until due
+    while time.perf_counter_ns() < due_ns:  # noqa: ASYNC110
+        await asyncio.sleep(0)
+
+
+async def _on_connection_created(_session: Any, context: Any, _params: Any) -> None:  # aiohttp's hook
+    # an open loop's request waits here, its connection open, so opening it costs no lag
+    due_ns = context.trace_request_ctx["due_ns"]
+    if due_ns is not None:
+        await wait_until(due_ns)
+
+
+def client_session() -> aiohttp.ClientSession:
     """A fresh connection per request (see the module docstring), no pool limit (the
     semaphore is the limit), and a request's clock starting when it is sent: opening its
     connection is the harness's cost, not the server's."""
     connector = aiohttp.TCPConnector(force_close=True, limit=0)
     tracing = aiohttp.TraceConfig()
     tracing.on_request_chunk_sent.append(_on_request_sent)
+    tracing.on_connection_create_end.append(_on_connection_created)
     return aiohttp.ClientSession(
         connector=connector, timeout=aiohttp.ClientTimeout(total=None), trace_configs=[tracing]
     )
@@ -312,7 +340,7 @@ async def run_requests(
         on_finished(result)
         return result
 
-    async with _session() as session:
+    async with client_session() as session:
         return list(await asyncio.gather(*(one(request) for request in requests)))
 
 
@@ -412,7 +440,7 @@ def _worker(
             finished.put(trace)
 
     async def run() -> None:
-        async with _session() as session:
+        async with client_session() as session:
             await asyncio.gather(*(slot(session) for _ in range(slots)))
 
     asyncio.run(run())

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from gridbench.errors import ConfigError
+from gridbench.harness.arrivals import LoadSettings
 from gridbench.util import codec
 from gridbench.util.files import JsonObject
 
@@ -82,15 +83,15 @@ def load_prompts(prompt_file: str | Path | None) -> dict[str, str]:
     return prompts
 
 
-def resolve_prompts(settings: NaturalSettings | QualitySettings) -> dict[str, str]:
+def resolve_prompts(settings: NaturalSettings | QualitySettings | LoadSettings) -> dict[str, str]:
     """The prompt of every class the study runs; an unknown class is a config error."""
-    section = "natural" if isinstance(settings, NaturalSettings) else "quality"
+    section = {NaturalSettings: "natural", QualitySettings: "quality", LoadSettings: "load"}[type(settings)]
     prompts = load_prompts(settings.prompt_file)
     unknown = [c for c in settings.prompt_classes if c not in prompts]
     if unknown:
         raise ConfigError(
             f"{section}.prompt_classes: unknown class {', '.join(unknown)}; "
             f"allowed values: {', '.join(prompts)}",
-            hint=f"fix {section}.prompt_classes or add the class to natural.prompt_file",
+            hint=f"fix {section}.prompt_classes or add the class to its prompt_file",
         )
     return {c: prompts[c] for c in settings.prompt_classes}

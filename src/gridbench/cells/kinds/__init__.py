@@ -1,6 +1,6 @@
 """The cell kinds a sweep runs, one module each, registered here in each config's run order:
-its llama-benchy depths, its natural-prompt matrix, its greedy quality cell, then its
-prefix-cache pass (whose engine has the prefix cache on, so it replaces the config's cold
+its llama-benchy depths, its natural-prompt matrix, its greedy quality cell, its open-loop
+load cells, then its prefix-cache pass (whose engine has the prefix cache on, so it replaces the config's cold
 engine once, at the end).
 
 Adding a kind is one module with a ``CellKind`` subclass and its planned and running cell
@@ -13,18 +13,30 @@ import re
 
 from gridbench.cells.kinds.base import Cell, CellKind, PlannedCell
 from gridbench.cells.kinds.benchy import BENCHY, CACHED
+from gridbench.cells.kinds.load import LOAD
 from gridbench.cells.kinds.natural import NATURAL
 from gridbench.cells.kinds.quality import QUALITY
+from gridbench.config.grid import Grid
 from gridbench.layout import telemetry_series
 
 CELL_KINDS: dict[str, CellKind[PlannedCell]] = {
-    kind.name: kind for kind in (BENCHY, NATURAL, QUALITY, CACHED)
+    kind.name: kind for kind in (BENCHY, NATURAL, QUALITY, LOAD, CACHED)
 }
 
 
 def cell_kind(name: str) -> CellKind[PlannedCell]:
     """The kind of that name; the rules and the plan name only registered kinds."""
     return CELL_KINDS[name]
+
+
+def wildcard_patterns(grid: Grid) -> dict[str, str]:
+    """Every kind's wildcards, as the rules constrain them: a name two kinds share
+    (prompt_class) matches either kind's values, its files' folders telling the kinds apart."""
+    alternatives: dict[str, list[str]] = {}
+    for kind in CELL_KINDS.values():
+        for name, pattern in kind.wildcard_patterns(grid).items():
+            alternatives.setdefault(name, []).append(pattern)
+    return {name: "|".join(f"(?:{p})" for p in patterns) for name, patterns in alternatives.items()}
 
 
 def result_folders() -> list[str]:
@@ -52,4 +64,5 @@ __all__ = [
     "cell_file_pattern",
     "cell_kind",
     "result_folders",
+    "wildcard_patterns",
 ]

@@ -1,0 +1,95 @@
+"""How closely the open-loop load harness keeps its arrival schedule, against the paced server.
+
+Prints, against the issue's target (p99 <= 1 ms at the highest rate a study uses):
+  * the harness's schedule lag (a request's body out minus its due time, as its result file
+    records it), p50 / p99 / max, at --rate for --requests Poisson arrivals,
+  * the same lag as the server saw it (the kernel's receive stamp of the request, on the
+    same monotonic clock), which checks the harness's own record,
+  * the reference, measured in the same run: a bare asyncio loop waking at the same due
+    times and doing nothing else (what the machine's scheduler gives any Python client).
+
+usage: python benchmarks/load_schedule.py [--rate 100] [--requests 1000]   (repository root, project venv)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import paced_server
+
+from gridbench.harness import load, natural
+from gridbench.harness.arrivals import Arrival, schedule
+from gridbench.harness.stats import nearest_rank
+
+TARGET_P99_MS = 1.0
+
+
+def reference_lags_ms(offsets_s: tuple[float, ...]) -> list[float]:
+    """A bare loop's lateness at the same due times: the floor of any asyncio client."""
+
+    async def run() -> list[float]:
+        origin = time.perf_counter_ns() + 20_000_000
+        lags = []
+        for offset in offsets_s:
+            due = origin + round(offset * 1e9)
+            await natural.wait_until(due)
+            lags.append((time.perf_counter_ns() - due) / 1e6)
+        return lags
+
+    return asyncio.run(run())
+
+
+def harness_lags_ms(
+    base_url: str, offsets_s: tuple[float, ...], tokens: int
+) -> tuple[list[float], list[int]]:
+    """The harness's recorded lags, and each request's due time by its prompt's index."""
+    plan = natural.LevelPlan("Write a story.", 1, len(offsets_s), 0, tokens, 0, True, {}, 60)
+    requests = [plan.request(i) for i in range(len(offsets_s))]
+    run = asyncio.run(load.send_open_loop(natural.Endpoint(base_url, "paced"), requests, offsets_s, 60))
+    failed = [t.error for t in run.traces if t.status != "ok"]
+    if failed:
+        raise SystemExit(f"{len(failed)} requests failed; first: {failed[0]}")
+    return [r.lag_ms for r in load.load_requests(run)], list(run.due_ns)
+
+
+def line(name: str, lags_ms: list[float]) -> str:
+    ordered = sorted(lags_ms)
+    p50, p99 = nearest_rank(ordered, 50), nearest_rank(ordered, 99)
+    return f"  {name:<34} p50 {p50:7.3f} ms   p99 {p99:7.3f} ms   max {ordered[-1]:7.3f} ms"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rate", type=float, default=100.0, help="requests per second (Poisson)")
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--tokens", type=int, default=32, help="each stream's tokens, 5 ms apart")
+    args = parser.parse_args()
+    offsets = schedule(Arrival("poisson"), args.rate, args.requests, seed=0).offsets_s
+    reference = reference_lags_ms(offsets)
+    with paced_server.PacedServer(ttft_ms=50, gap_ms=5, tokens=args.tokens, processes=2) as server:
+        lags, due = harness_lags_ms(server.base_url, offsets, args.tokens)
+        truth = server.take_log()
+    arrived = {int(re.match(r"\[bench-(\d+)\]", e["prompt"]).group(1)): e["arrival"] for e in truth}
+    seen = [(arrived[i] - due[i]) / 1e6 for i in range(len(due))]
+    in_flight = args.rate * (50 + 5 * (args.tokens - 1)) / 1e3
+    print(
+        f"open-loop schedule at {args.rate:g} req/s, {args.requests} requests, "
+        f"~{in_flight:.0f} streams in flight"
+    )
+    print(line("harness lag (its result file's)", lags))
+    print(line("as the server's kernel saw it", seen))
+    print(line("reference: a bare asyncio timer", reference))
+    p99 = nearest_rank(sorted(lags), 99)
+    verdict = "meets" if p99 is not None and p99 <= TARGET_P99_MS else "misses"
+    print(f"  harness p99 {p99:.3f} ms {verdict} the target of {TARGET_P99_MS:g} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""The load dataset: one row per (config, prompt class, arrival process, rate) cell, and each
+config's capacity under the SLO.
+
+Rows come from the open-loop harness's raw JSON (schema ``gridbench.load.v1``: its
+``summary``, and its ``requests`` judged by the study's SLO as it stands, so a changed SLO
+re-judges without re-measuring) and the provenance record beside it; a cell without them is
+a failed row with the reason from its failure record. ``rows_from_results`` and
+``capacities`` are pure; the files are read and written only by ``build_from_plan``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from gridbench.aggregate import dataset
+from gridbench.aggregate.records import (
+    CellFailure,
+    ConfigIdentity,
+    Failure,
+    MeasuredCell,
+    Provenance,
+    column_names,
+    read_cells,
+    row_columns,
+    typed_document,
+)
+from gridbench.cells.kinds.load import LoadCellPlan
+from gridbench.cells.plan import LoadPlan
+from gridbench.errors import ResultFileError
+from gridbench.harness.goodput import LoadSummary, SloOutcome, slo_outcome
+from gridbench.harness.load import SCHEMA, LoadResult
+
+CellKey = tuple[str, str, str, float]
+
+
+@dataclass(frozen=True)
+class Coordinates:
+    prompt_class: str
+    arrival: str
+    rate_req_s: float
+
+
+@dataclass(frozen=True)
+class LoadRow:
+    """One row of the load dataset; a column group that does not apply is None."""
+
+    config: ConfigIdentity
+    coordinates: Coordinates
+    status: dataset.Status
+    summary: LoadSummary | None = None
+    slo: SloOutcome | None = None
+    provenance: Provenance | None = None
+    failure: Failure | None = None
+    files: dataset.Files | None = None
+
+
+COLUMNS = row_columns(LoadRow)
+INTEGERS = ["num_speculative_tokens", "requests", "ok", "slo_percentile", "gpu_count", "exit_code"]
+BOOLEANS = [*dataset.BOOLEAN_COLUMNS, "saturated", "slo_met"]
+FLOATS = [
+    "active_weight_gb",
+    "rate_req_s",
+    *[c for c in column_names(LoadSummary) if c not in ("requests", "ok", "saturated")],
+    *[c for c in column_names(SloOutcome) if c not in ("slo_percentile", "slo_met", "binding_constraint")],
+    *[c for c in dataset.FLOAT_COLUMNS if c in dataset.PROVENANCE],
+]
+
+
+def parse_result(document: object, cell: LoadCellPlan) -> LoadResult:
+    """A load cell's result; ResultFileError for one that is not this cell's."""
+    if not isinstance(document, Mapping) or document.get("schema") != SCHEMA:
+        raise ResultFileError(f"not a load result (schema {SCHEMA})")
+    result = typed_document(LoadResult, document, f"not a load result (schema {SCHEMA})")
+    found = (result.config, result.prompt_class, result.arrival, result.rate_req_s)
+    if found != cell.key:
+        raise ResultFileError(f"holds cell {found}, expected {cell.key}")
+    return result
+
+
+def rows_from_results(
+    plan: LoadPlan,
+    results: Mapping[CellKey, MeasuredCell[LoadResult]],
+    failures: Mapping[CellKey, CellFailure],
+) -> list[LoadRow]:
+    rows = []
+    for cell in plan.cells:
+        identity = ConfigIdentity.from_config(plan.configs[cell.config])
+        where = Coordinates(cell.prompt_class, cell.arrival, cell.rate_req_s)
+        result = results.get(cell.key)
+        if result is not None:
+            output = result.output
+            rows.append(
+                LoadRow(
+                    identity,
+                    where,
+                    dataset.Status("ok"),
+                    output.summary,
+                    slo_outcome(output.requests, plan.slo),
+                    result.provenance.provenance,
+                    files=dataset.Files(cell.files.raw, cell.files.provenance, log_path=cell.files.log),
+                )
+            )
+            continue
+        failure = failures.get(cell.key)
+        rows.append(
+            LoadRow(
+                identity,
+                where,
+                dataset.Status("failed", (failure.reason if failure else None) or dataset.NOT_RUN),
+                failure=failure.details if failure else None,
+                files=dataset.Files(
+                    failure_path=dataset.failure_path(cell, failure), log_path=cell.files.log
+                ),
+            )
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The highest measured rate at which a config met the SLO, for one class and process."""
+
+    config: str
+    prompt_class: str
+    arrival: str
+    capacity_req_s: float | None  # None: no measured rate met it
+    goodput_tok_s: float | None  # at that rate
+    binding_constraint: str | None  # at that rate
+    first_failing_req_s: float | None  # the lowest measured rate above it that missed it
+    saturated_from_req_s: float | None  # the lowest measured rate that saturated
+
+
+def capacities(rows: Sequence[LoadRow]) -> list[Capacity]:
+    """Per (config, class, process), in the rows' order: the highest passing rate below the
+    first failing one (a rate passing above a failing one is noise, not capacity)."""
+    groups: dict[tuple[str, str, str], list[LoadRow]] = {}
+    for row in rows:
+        if row.summary is not None and row.slo is not None:
+            key = (row.config.config, row.coordinates.prompt_class, row.coordinates.arrival)
+            groups.setdefault(key, []).append(row)
+    found = []
+    for (config, prompt_class, arrival), measured in groups.items():
+        ordered = sorted(measured, key=lambda r: r.coordinates.rate_req_s)
+        failing = next((r for r in ordered if r.slo is not None and not r.slo.slo_met), None)
+        passing = [
+            r for r in ordered if failing is None or r.coordinates.rate_req_s < failing.coordinates.rate_req_s
+        ]
+        best = passing[-1] if passing else None
+        saturated = next((r for r in ordered if r.summary is not None and r.summary.saturated), None)
+        found.append(
+            Capacity(
+                config,
+                prompt_class,
+                arrival,
+                best.coordinates.rate_req_s if best else None,
+                best.slo.goodput_tok_s if best and best.slo else None,
+                best.slo.binding_constraint if best and best.slo else None,
+                failing.coordinates.rate_req_s if failing else None,
+                saturated.coordinates.rate_req_s if saturated else None,
+            )
+        )
+    return found
+
+
+def to_frame(rows: Sequence[LoadRow]) -> pd.DataFrame:
+    return dataset.typed_frame(rows, COLUMNS, integers=INTEGERS, floats=FLOATS, booleans=BOOLEANS)
+
+
+def build_from_plan(plan: LoadPlan, *, csv: Path, parquet: Path) -> tuple[pd.DataFrame, list[Capacity]]:
+    results, failures = read_cells(plan.cells, lambda cell: cell.key, parse_result)
+    rows = rows_from_results(plan, results, failures)
+    frame = to_frame(rows)
+    dataset.write_frame(frame, csv=csv, parquet=parquet)
+    return frame, capacities(rows)

@@ -1,0 +1,103 @@
+"""Open-loop load: the ``load:`` section's settings and each cell's arrival schedule. Pure.
+
+A cell's schedule is a function of the section's seed, its arrival process and its rate
+alone: every config and prompt class at that process and rate is sent the same arrival
+times, and a cell measured again is sent them again.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from itertools import accumulate
+
+from gridbench.util import codec
+from gridbench.util.files import JsonObject
+
+POISSON, GAMMA = "poisson", "gamma"
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """An arrival process: Poisson, or gamma gaps of shape ``shape`` (the same mean gap)."""
+
+    process: str
+    shape: float | None = None
+
+    @property
+    def name(self) -> str:
+        """The cell coordinate's value: "poisson", "gamma0.5"."""
+        return self.process if self.process == POISSON else f"{self.process}{self.shape:g}"
+
+    @classmethod
+    def from_name(cls, name: str) -> Arrival:
+        """The process a coordinate value names (its shape as the name writes it)."""
+        if name == POISSON:
+            return cls(POISSON)
+        return cls(GAMMA, float(name.removeprefix(GAMMA)))
+
+
+@dataclass(frozen=True)
+class Slo:
+    """The SLO each request is held to, and what share of a cell's requests must meet it."""
+
+    ttft_ms: float
+    tpot_ms: float
+    percentile: int  # of TTFT and TPOT, reported against the targets
+    attainment: float
+
+
+@dataclass(frozen=True)
+class Sending:
+    """How a load cell sends its requests: what its context holds of the section. The rates,
+    classes and processes are the cells' coordinates and the SLO is judged by the dataset,
+    so adding a rate or changing the SLO measures no cell again."""
+
+    requests: int
+    max_tokens: int
+    temperature: float
+    warmup: int
+    cache_bust: bool
+    extra_body: JsonObject
+    seed: int
+    request_timeout_s: float
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """The config's ``load`` section (schema defaults filled in)."""
+
+    prompt_classes: tuple[str, ...]
+    prompt_file: str | None
+    arrivals: tuple[Arrival, ...]
+    rates: tuple[float, ...]
+    sending: Sending = field(metadata=codec.INLINE)
+    slo: Slo
+
+
+def rate_name(rate: float) -> str:
+    """The cell coordinate's value of a rate: "0.5", "8"."""
+    return f"{rate:g}"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When each of a cell's requests is to be sent, in seconds from the first."""
+
+    arrival: Arrival
+    rate_req_s: float
+    seed: int
+    offsets_s: tuple[float, ...]
+
+
+def schedule(arrival: Arrival, rate_req_s: float, requests: int, seed: int) -> Schedule:
+    """``requests`` send times at ``rate_req_s`` on average, the first at 0."""
+    # a string seed is hashed (sha512) by random.Random: the same in every process and run
+    draw = random.Random(f"gridbench-load:{seed}:{arrival.name}:{rate_name(rate_req_s)}")
+    mean_gap_s = 1 / rate_req_s
+    if arrival.process == POISSON:
+        gaps = [draw.expovariate(rate_req_s) for _ in range(requests - 1)]
+    else:
+        shape = arrival.shape or 1.0
+        gaps = [draw.gammavariate(shape, mean_gap_s / shape) for _ in range(requests - 1)]
+    return Schedule(arrival, rate_req_s, seed, tuple(accumulate(gaps, initial=0.0)))

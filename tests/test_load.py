@@ -1,0 +1,298 @@
+"""Open-loop load cells: the seeded schedule, the goodput and SLO arithmetic, the client
+against the paced server's truth (benchmarks/paced_server.py: when each request reached it,
+and with slots a capacity fixed by its pacing), the config and the workflow's plan."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import itertools
+import re
+import statistics
+import sys
+import time
+
+import pytest
+import yaml
+
+from conftest import REPO, load_yaml
+from gridbench.aggregate import dataset
+from gridbench.aggregate.load import Coordinates, LoadRow, capacities
+from gridbench.aggregate.records import ConfigIdentity
+from gridbench.cells.plan import load_plan, natural_plan
+from gridbench.config.loading import load_grid
+from gridbench.errors import ConfigError
+from gridbench.harness import goodput, load, natural
+from gridbench.harness.arrivals import Arrival, Slo, schedule
+from gridbench.harness.goodput import LoadRequest, meets_slo, slo_outcome, summarize
+from gridbench.harness.stats import ERRORED, OK, RequestRecord, nearest_rank
+from test_natural_workflow import dry_run_counts
+
+POISSON, BURSTY, REGULAR = Arrival("poisson"), Arrival("gamma", 0.5), Arrival("gamma", 25.0)
+
+
+@pytest.fixture
+def paced_module(monkeypatch):
+    spec = importlib.util.spec_from_file_location("paced_server", REPO / "benchmarks/paced_server.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- the schedule -------------------------------------------------------------------------
+
+
+def test_a_schedule_is_seeded_starts_at_zero_and_keeps_its_mean_rate():
+    first = schedule(POISSON, 4.0, 2000, seed=7)
+    assert first == schedule(POISSON, 4.0, 2000, seed=7)  # reproducible
+    assert first.offsets_s != schedule(POISSON, 4.0, 2000, seed=8).offsets_s
+    assert first.offsets_s[0] == 0 and list(first.offsets_s) == sorted(first.offsets_s)
+    assert len(first.offsets_s) == 2000
+    for arrival, cv in ((POISSON, 1.0), (BURSTY, 2**0.5), (REGULAR, 0.2)):
+        offsets = schedule(arrival, 4.0, 4000, seed=1).offsets_s
+        gaps = [b - a for a, b in itertools.pairwise(offsets)]
+        assert statistics.fmean(gaps) == pytest.approx(0.25, rel=0.08), arrival
+        assert statistics.stdev(gaps) / statistics.fmean(gaps) == pytest.approx(cv, rel=0.12), arrival
+
+
+def test_an_arrival_names_its_cells_and_is_read_back_from_the_name():
+    assert [a.name for a in (POISSON, BURSTY, REGULAR)] == ["poisson", "gamma0.5", "gamma25"]
+    for arrival in (POISSON, BURSTY, REGULAR):
+        assert Arrival.from_name(arrival.name) == arrival
+
+
+# --- goodput and the SLO, by hand ------------------------------------------------------------
+
+SLO = Slo(ttft_ms=100, tpot_ms=20, percentile=90, attainment=0.75)
+
+
+def request(
+    index: int, due_s: float, ttft_ms: float | None, tpot_ms: float | None, tokens: int = 11, status: str = OK
+) -> LoadRequest:
+    end_s = due_s + ((ttft_ms or 0) + (tpot_ms or 0) * (tokens - 1)) / 1e3
+    record = RequestRecord(
+        index=index,
+        status=status,
+        error=None if status == OK else "HTTP 503",
+        start_s=due_s + 0.001,
+        end_s=end_s,
+        ttft_ms=ttft_ms,
+        tpot_ms=tpot_ms,
+        output_tokens=tokens if status == OK else None,
+    )
+    return LoadRequest(scheduled_s=due_s, lag_ms=1.0 + index / 10, record=record)
+
+
+def test_goodput_counts_only_requests_meeting_both_targets():
+    requests = [
+        request(0, 0.0, 50, 10),  # meets both
+        request(1, 0.5, 100, 20),  # on both targets: meets
+        request(2, 1.0, 101, 10),  # TTFT over
+        request(3, 1.5, 50, 25),  # TPOT over
+        request(4, 2.0, 50, None, tokens=1),  # one token: no TPOT to miss
+        request(5, 2.5, None, None, status=ERRORED),  # a failed request meets nothing
+        request(6, 3.0, 60, 10),
+        request(7, 3.5, 70, 10),  # ends at 3.5 + 0.17 s
+    ]
+    assert [meets_slo(r.record, SLO) for r in requests] == [True, True, False, False, True, False, True, True]
+    outcome = slo_outcome(requests, SLO)
+    assert outcome.slo_attainment_share == 5 / 8
+    assert not outcome.slo_met  # 0.625 < 0.75
+    span_s = 3.5 + 0.17
+    assert outcome.goodput_req_s == pytest.approx(5 / span_s, abs=1e-4)
+    assert outcome.goodput_tok_s == pytest.approx((11 + 11 + 1 + 11 + 11) / span_s, abs=1e-4)
+    ttfts = sorted([50, 100, 101, 50, 50, 60, 70])
+    assert outcome.ttft_ms_at_slo_percentile == nearest_rank(ttfts, 90) == 101
+    assert outcome.tpot_ms_at_slo_percentile == 25
+    assert outcome.binding_constraint == "tpot"  # 25/20 of its target against 101/100
+    assert slo_outcome(requests, Slo(200, 30, 90, 0.75)).slo_met  # every ok request then meets: 7/8
+
+
+def test_the_summary_reports_rates_lag_and_the_ttft_trend():
+    steady = [request(i, i * 0.1, 40 + (i % 2), 10) for i in range(20)]
+    summary = summarize(steady, rate_req_s=10)
+    assert (summary.requests, summary.ok, summary.offered_req_s) == (20, 20, 10)
+    assert summary.sent_req_s == pytest.approx(10, rel=1e-6)
+    assert summary.schedule_lag_ms_p50 == 1.9 and summary.schedule_lag_ms_max == 2.9
+    assert abs(summary.ttft_growth_ms) < 1 and not summary.saturated
+    # a queue: each request waits 20 ms longer than the one before
+    queued = [request(i, i * 0.1, 40 + 20 * i, 10) for i in range(20)]
+    summary = summarize(queued, rate_req_s=10)
+    assert summary.ttft_growth_ms == pytest.approx(20 * 19, rel=1e-6)
+    assert summary.saturated
+    # growth under the floor is noise, however small the TTFT
+    assert not goodput.saturated([(i * 0.1, 1 + 0.4 * i) for i in range(20)])
+
+
+def test_capacity_is_the_highest_passing_rate_below_the_first_failing_one():
+    config = load_grid(load_yaml(REPO / "config/mechanism.yaml"), "mechanism.yaml").configs["D_f16_n0"]
+    identity = ConfigIdentity.from_config(config)
+
+    def row(rate: float, ttft_ms: float) -> LoadRow:
+        requests = [request(i, i / rate, ttft_ms, 10) for i in range(10)]
+        return LoadRow(
+            identity,
+            Coordinates("code", "poisson", rate),
+            dataset.Status("ok"),
+            summarize(requests, rate),
+            slo_outcome(requests, SLO),
+        )
+
+    # 8 req/s passing above a failing 4 is noise: the capacity stays 2, TTFT at 90 % of its target
+    rows = [row(1, 50), row(2, 90), row(4, 150), row(8, 60)]
+    (found,) = capacities(rows)
+    assert (found.capacity_req_s, found.first_failing_req_s) == (2, 4)
+    assert found.binding_constraint == "ttft" and found.goodput_tok_s == rows[1].slo.goodput_tok_s
+    (none,) = capacities([row(1, 150)])
+    assert none.capacity_req_s is None and none.first_failing_req_s == 1
+
+
+# --- against the paced server --------------------------------------------------------------
+
+
+def open_loop(base_url: str, arrival: Arrival, rate: float, requests: int, tokens: int) -> load.OpenLoopRun:
+    plan = natural.LevelPlan(
+        prompt="Write a story.",
+        concurrency=1,
+        requests=requests,
+        warmup=0,
+        max_tokens=tokens,
+        temperature=0,
+        cache_bust=True,
+        extra_body={},
+        request_timeout_s=60,
+    )
+    sent = [plan.request(i) for i in range(requests)]
+    offsets = schedule(arrival, rate, requests, seed=0).offsets_s
+    return asyncio.run(load.send_open_loop(natural.Endpoint(base_url, "paced"), sent, offsets, 60))
+
+
+def most_in_flight(run: load.OpenLoopRun) -> int:
+    events = sorted([(t.start_ns, 1) for t in run.traces] + [(t.end_ns, -1) for t in run.traces])
+    in_flight = most = 0
+    for _, step in events:
+        in_flight += step
+        most = max(most, in_flight)
+    return most
+
+
+def bare_timer_lags_ms(offsets_s: tuple[float, ...]) -> list[float]:
+    """The reference: a loop waking at the same due times and doing nothing else."""
+
+    async def run() -> list[float]:
+        origin = time.perf_counter_ns() + 20_000_000
+        lags = []
+        for offset in offsets_s:
+            due = origin + round(offset * 1e9)
+            await natural.wait_until(due)
+            lags.append((time.perf_counter_ns() - due) / 1e6)
+        return lags
+
+    return asyncio.run(run())
+
+
+def test_the_open_loop_keeps_its_schedule_whatever_the_server_takes(paced_module):
+    """50 req/s of 200 ms streams: ~10 in flight, each sent on time, never after another ended."""
+    rate, count = 50.0, 150
+    reference = sorted(bare_timer_lags_ms(schedule(POISSON, rate, count, seed=0).offsets_s))
+    with paced_module.PacedServer(ttft_ms=50, gap_ms=6, tokens=26, processes=1) as server:
+        run = open_loop(server.base_url, POISSON, rate, count, tokens=26)
+        truth = server.take_log()
+    requests = load.load_requests(run)
+    assert [t.status for t in run.traces] == [OK] * count
+    lags = sorted(r.lag_ms for r in requests)
+    assert lags[0] >= 0  # never early
+    # opening a connection costs no lag (~1 ms without the lead), and the client adds little to
+    # what this shared 2-core machine's scheduler gives any loop; benchmarks/load_schedule.py
+    # measures it against the issue's 1 ms
+    assert nearest_rank(lags, 50) < 1.0, lags[:5]
+    assert nearest_rank(lags, 99) < nearest_rank(reference, 99) + 10, (lags[-5:], reference[-5:])
+    assert most_in_flight(run) > 5  # open: sends never waited for completions
+    # the server saw each request when the client says it sent it (its kernel's stamp)
+    arrivals = {int(re.match(r"\[bench-(\d+)\]", e["prompt"]).group(1)): e["arrival"] for e in truth}
+    for trace in run.traces:
+        assert 0 <= arrivals[trace.index] - trace.start_ns < 5e6
+    summary = summarize(requests, rate)
+    # sent at the schedule's own rate (the seeded draw's, near the offered one)
+    assert summary.sent_req_s == pytest.approx((count - 1) / requests[-1].scheduled_s, rel=0.02)
+    assert summary.sent_req_s == pytest.approx(rate, rel=0.25)
+    assert not summary.saturated  # the paced server has no queue without slots
+
+
+# the paced server with 2 slots of 20 ms TTFT and 16 more tokens every 5 ms: 100 ms a request,
+# a capacity of 20 req/s; TTFT stays near 20 ms below it and grows without bound above it
+SLOTS, TTFT_MS, GAP_MS, TOKENS = 2, 20, 5, 17
+CAPACITY_REQ_S = SLOTS / ((TTFT_MS + (TOKENS - 1) * GAP_MS) / 1e3)
+PROBED_RATES = (8.0, 14.0, 26.0, 36.0)
+
+
+def test_the_highest_rate_meeting_the_slo_brackets_the_paced_servers_capacity(paced_module):
+    slo = Slo(ttft_ms=150, tpot_ms=15, percentile=90, attainment=0.9)
+    outcomes = {}
+    with paced_module.PacedServer(TTFT_MS, GAP_MS, TOKENS, processes=1, slots=SLOTS) as server:
+        for rate in PROBED_RATES:
+            run = open_loop(server.base_url, REGULAR, rate, 48, tokens=TOKENS)
+            requests = load.load_requests(run)
+            outcomes[rate] = (slo_outcome(requests, slo), summarize(requests, rate))
+    passing = [rate for rate, (outcome, _) in outcomes.items() if outcome.slo_met]
+    failing = [rate for rate, (outcome, _) in outcomes.items() if not outcome.slo_met]
+    assert passing and failing, outcomes
+    assert max(passing) < CAPACITY_REQ_S < min(failing), outcomes
+    assert max(passing) < min(failing)  # no rate passes above a failing one
+    # saturation is measured, not inferred from the SLO: the queue grew only above capacity
+    assert [outcomes[r][1].saturated for r in PROBED_RATES] == [r > CAPACITY_REQ_S for r in PROBED_RATES]
+    # above capacity the engine completes at its capacity, not at the offered rate
+    achieved = outcomes[36.0][1].achieved_req_s
+    assert achieved == pytest.approx(CAPACITY_REQ_S, rel=0.2)
+
+
+# --- the config and the plan ---------------------------------------------------------------
+
+
+def mechanism_with(load_section: dict) -> dict:
+    config = load_yaml(REPO / "config/mechanism.yaml")
+    config["load"] = load_section
+    return config
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"rate": [1]}, r"key load: .*'rate' was unexpected.*allowed keys: arrivals, .*rates"),
+        ({"slo": {"ttft": 200}}, r"key load.slo: .*'ttft' was unexpected.*ttft_ms"),
+        ({"arrivals": [{"process": "gamma"}]}, r"key load.arrivals.0: gamma needs a shape"),
+        ({"arrivals": [{"process": "poisson", "shape": 2}]}, r"key load.arrivals.0: poisson takes no shape"),
+        ({"arrivals": [{"process": "uniform"}]}, r"key load.arrivals.0.process: 'uniform' is not allowed"),
+        ({"rates": [0]}, r"key load.rates.0"),
+        ({"arrivals": [{"process": "poisson"}, {"process": "poisson"}]}, "listed twice"),
+    ],
+)
+def test_a_mistyped_load_section_is_a_clear_error(section, message):
+    with pytest.raises(ConfigError, match=message):
+        load_grid(mechanism_with(section), "mechanism.yaml")
+
+
+def test_an_unknown_prompt_class_stops_the_plan():
+    grid = load_grid(mechanism_with({"prompt_classes": ["poetry"]}), "mechanism.yaml")
+    with pytest.raises(ConfigError, match=r"load\.prompt_classes: unknown class poetry"):
+        load_plan(grid)
+
+
+def test_the_workflow_plans_one_load_cell_per_config_class_arrival_and_rate(tmp_path):
+    section = {
+        "prompt_classes": ["code", "dialogue"],
+        "arrivals": [{"process": "poisson"}, {"process": "gamma", "shape": 0.5}],
+        "rates": [0.5, 2, 4],
+    }
+    config = tmp_path / "grid.yaml"
+    config.write_text(yaml.safe_dump(mechanism_with(section)))
+    counts = dry_run_counts(tmp_path, "--configfile", str(config))
+    assert counts["load_cell"] == 4 * 2 * 2 * 3  # the mechanism grid's four configs
+    assert counts["build_load_dataset"] == 1
+    grid = load_grid(mechanism_with(section), "mechanism.yaml")
+    # the natural matrix keeps its cells beside them (a prompt_class wildcard of both kinds)
+    assert counts["natural_cell"] == len(natural_plan(grid).cells) > 0
+    plan = load_plan(grid)
+    assert plan.cells[0].files.raw == "results/load/D_f16_n0/code_poisson_r0.5.json"
+    assert [c.rate_req_s for c in plan.cells[:3]] == [0.5, 2, 4]
