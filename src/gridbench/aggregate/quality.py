@@ -1,12 +1,15 @@
 """The quality dataset: one row per config, its greedy outputs (the quality cells' raw JSON,
-schema ``gridbench.quality.v1``) compared prompt by prompt
+schema ``gridbench.quality.v2``, or ``v1`` without a teacher-forced pass) compared prompt by prompt
 
 - with its reference: the study's ``quality.reference``, else the config on the same engine
   serving the same weights in the most bytes per token without speculation (the quantization
   comparison's reference precision; a speculative config takes its baseline's);
 - for a speculative config, with its baseline (``study.baseline``, else the same engine and
   checkpoint without speculation): greedy speculation must change no output, so every
-  differing prompt is a losslessness mismatch.
+  differing prompt is a losslessness mismatch;
+
+and its teacher-forced pass over the held-out text with the reference's on the same tokens
+(``divergence.py``): KL divergence, top-1 agreement, perplexity.
 
 Outputs are compared by token ids where both cells have them, else by characters; each
 position column names its unit, and positions count from 0. ``rows_from_results`` and the
@@ -30,6 +33,7 @@ from gridbench.aggregate.analysis import (
     ratio_points,
     rows,
 )
+from gridbench.aggregate.divergence import DifferentTokens, teacher_forced_divergence
 from gridbench.aggregate.records import (
     CellFailure,
     ConfigIdentity,
@@ -45,7 +49,7 @@ from gridbench.aggregate.records import (
 from gridbench.cells.kinds.quality import QualityCellPlan
 from gridbench.cells.plan import QualityPlan
 from gridbench.errors import ResultFileError
-from gridbench.harness.greedy import SCHEMA, GreedyOutput, QualityResult
+from gridbench.harness.greedy import SCHEMAS, GreedyOutput, QualityResult
 
 TOKENS = "tokens"
 CHARACTERS = "characters"
@@ -206,6 +210,22 @@ class Losslessness:
 
 
 @dataclass(frozen=True)
+class TeacherForcedColumns:
+    """The teacher-forced pass over the held-out text against the reference's, on the same
+    tokens (``aggregate/divergence.py``: KL over the reference's top-K plus a rest bucket,
+    in nats per token)."""
+
+    teacher_forced_tokens: int | None = None  # positions compared
+    teacher_forced_top_k: int | None = None
+    kl_divergence_mean: float | None = None
+    kl_divergence_p99: float | None = None
+    top1_agreement_pct: float | None = None
+    perplexity: float | None = None
+    reference_perplexity: float | None = None
+    teacher_forced_note: str | None = None  # why there are no numbers, when there are none
+
+
+@dataclass(frozen=True)
 class QualityRow:
     """One row of the quality dataset: a config."""
 
@@ -213,6 +233,7 @@ class QualityRow:
     status: dataset.Status
     outputs: Outputs | None = None
     agreement: Agreement | None = None
+    teacher_forced: TeacherForcedColumns | None = None
     losslessness: Losslessness | None = None
     provenance: Provenance | None = None
     failure: Failure | None = None
@@ -226,6 +247,8 @@ INTEGERS = [
     "max_tokens",
     "outputs_with_token_ids",
     "agreement_prompts",
+    "teacher_forced_tokens",
+    "teacher_forced_top_k",
     "lossless_prompts",
     "lossless_mismatches",
     "lossless_first_difference_tokens",
@@ -240,6 +263,11 @@ FLOATS = [
     "first_difference_mean_chars",
     "token_match_pct",
     "char_match_pct",
+    "kl_divergence_mean",
+    "kl_divergence_p99",
+    "top1_agreement_pct",
+    "perplexity",
+    "reference_perplexity",
     *[c for c in dataset.FLOAT_COLUMNS if c in dataset.PROVENANCE],
 ]
 
@@ -290,6 +318,34 @@ def losslessness(
     )
 
 
+def teacher_forced_columns(
+    reference: str | None, result: QualityResult, results: Mapping[str, MeasuredCell[QualityResult]]
+) -> TeacherForcedColumns | None:
+    """None where the config's cell made no teacher-forced pass."""
+    own = result.teacher_forced
+    if own is None:
+        return None
+    cell = results.get(reference) if reference is not None else None
+    theirs = cell.output.teacher_forced if cell is not None else None
+    if theirs is None:
+        note = f"no teacher-forced pass of a reference ({reference})"
+        return TeacherForcedColumns(teacher_forced_note=note)
+    try:
+        found = teacher_forced_divergence(own, theirs)
+    except DifferentTokens as err:
+        note = f"the held-out text's tokens differ from {reference}'s: {err}"
+        return TeacherForcedColumns(teacher_forced_note=note)
+    return TeacherForcedColumns(
+        teacher_forced_tokens=found.tokens,
+        teacher_forced_top_k=min(own.top_k, theirs.top_k),
+        kl_divergence_mean=found.kl_mean,
+        kl_divergence_p99=found.kl_p99,
+        top1_agreement_pct=_pct(found.top1_agreement),
+        perplexity=found.perplexity,
+        reference_perplexity=found.reference_perplexity,
+    )
+
+
 def _pct(share: float | None) -> float | None:
     return None if share is None else round(100 * share, 3)
 
@@ -329,6 +385,7 @@ def rows_from_results(
                     outputs_with_token_ids=sum(o.token_ids is not None for o in outputs),
                 ),
                 agreement(cell.config, chosen.get(cell.config), results),
+                teacher_forced_columns(chosen.get(cell.config), result.output, results),
                 losslessness(cell.config, baseline, results) if baseline else None,
                 result.provenance.provenance,
                 files=dataset.Files(cell.files.raw, cell.files.provenance, log_path=cell.files.log),
@@ -343,9 +400,9 @@ def to_frame(rows: Sequence[QualityRow]) -> pd.DataFrame:
 
 def parse_result(document: object, cell: QualityCellPlan) -> QualityResult:
     """A quality cell's result; ResultFileError for one that is not this cell's."""
-    if not isinstance(document, Mapping) or document.get("schema") != SCHEMA:
-        raise ResultFileError(f"not a quality result (schema {SCHEMA})")
-    result = typed_document(QualityResult, document, f"not a quality result (schema {SCHEMA})")
+    if not isinstance(document, Mapping) or document.get("schema") not in SCHEMAS:
+        raise ResultFileError(f"not a quality result (schema {' or '.join(SCHEMAS)})")
+    result = typed_document(QualityResult, document, "not a quality result")
     if result.config != cell.config:
         raise ResultFileError(f"holds config {result.config}'s outputs, expected {cell.config}'s")
     return result

@@ -95,6 +95,8 @@ class QualitySection:
     max_tokens: int = 64
     reference: str | None = None
     extra_body: JsonObject = field(default_factory=dict)
+    teacher_forced_tokens: int = 256
+    teacher_forced_top_k: int = 20
 
 
 @dataclass(frozen=True)
@@ -315,6 +317,8 @@ def _quality(
         max_tokens=section.max_tokens,
         reference=section.reference,
         extra_body=section.extra_body,
+        teacher_forced_tokens=section.teacher_forced_tokens,
+        teacher_forced_top_k=section.teacher_forced_top_k,
     )
 
 

@@ -18,6 +18,7 @@ import cattrs
 from gridbench.engines import probe
 from gridbench.engines.kinds import engine_kind
 from gridbench.errors import BenchmarkError
+from gridbench.harness.teacher_forced import TeacherForced
 from gridbench.util import codec
 from gridbench.util.files import JsonObject
 
@@ -25,7 +26,9 @@ if TYPE_CHECKING:
     from gridbench.config.grid import ServingConfig
 
 LOAD_GENERATOR = "gridbench-greedy"
-SCHEMA = "gridbench.quality.v1"
+# v2 adds the teacher-forced pass; a v1 result (greedy outputs only) is still read
+SCHEMA = "gridbench.quality.v2"
+SCHEMAS = ("gridbench.quality.v1", SCHEMA)
 # one greedy answer of a few dozen tokens; a server still busy after this is broken
 REQUEST_TIMEOUT_S = 600.0
 # vLLM's logprobs name a token so when asked to (return_tokens_as_token_ids)
@@ -101,12 +104,14 @@ class GreedyOutput:
 
 @dataclass(frozen=True)
 class QualityResult:
-    """A quality cell's raw result: every prompt's greedy output, in the study's class order."""
+    """A quality cell's raw result: every prompt's greedy output, in the study's class order,
+    and the teacher-forced pass over the held-out text (None: not asked for, or a v1 result)."""
 
     schema: str
     config: str
     max_tokens: int
     outputs: tuple[GreedyOutput, ...]
+    teacher_forced: TeacherForced | None = None
 
 
 class GreedyRequestError(BenchmarkError):

@@ -49,6 +49,8 @@ class QualitySettings:
     max_tokens: int
     reference: str | None
     extra_body: JsonObject
+    teacher_forced_tokens: int  # 0: no teacher-forced pass
+    teacher_forced_top_k: int
 
 
 # the schema has checked it: "auto" or a count, as written

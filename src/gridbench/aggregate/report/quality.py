@@ -21,6 +21,9 @@ def quality_section(quality: pd.DataFrame, dataset: pd.DataFrame) -> str:
         "identical outputs",
         "first difference (mean)",
         "matching positions",
+        "KL divergence (mean, nats/token)",
+        "top-1 agreement",
+        "perplexity (reference's)",
         "decode ÷ reference",
         "lossless vs baseline",
     )
@@ -31,6 +34,7 @@ def quality_section(quality: pd.DataFrame, dataset: pd.DataFrame) -> str:
             "(or `quality.reference`). A first difference counts positions from 0, over the "
             "prompts that differ; matching positions are of the longer output's. Decode is the "
             "depth sweep's, at the shallowest depth both measured.",
+            _teacher_forced_method(quality),
             table(header, rows),
             _frontier_text(list(points.values())),
         ]
@@ -40,7 +44,7 @@ def quality_section(quality: pd.DataFrame, dataset: pd.DataFrame) -> str:
 def _row(row: Row, point: SpeedQuality | None) -> tuple[object, ...]:
     config = code(row["config"])
     if row["status"] != "ok":
-        return (config, DASH, DASH, f"failed: {row['reason']}", DASH, DASH, DASH, DASH)
+        return (config, DASH, DASH, f"failed: {row['reason']}", *[DASH] * 7)
     unit = "tokens" if row["agreement_unit"] == TOKENS else "chars"
     first = row["first_difference_mean_tokens"] if unit == "tokens" else row["first_difference_mean_chars"]
     matching = row["token_match_pct"] if unit == "tokens" else row["char_match_pct"]
@@ -51,8 +55,37 @@ def _row(row: Row, point: SpeedQuality | None) -> tuple[object, ...]:
         f"{num(row['identical_outputs_pct'], 0)} %" if not missing(row["identical_outputs_pct"]) else DASH,
         f"{num(first, 1)} {unit}" if not missing(first) else DASH,
         f"{num(matching, 1)} % of {unit}" if not missing(matching) else DASH,
+        *_teacher_forced_cells(row),
         f"{ratio_text(point.speedup.speedup)} @{point.speedup.depth}" if point and point.speedup else DASH,
         _lossless_text(row),
+    )
+
+
+def _teacher_forced_method(quality: pd.DataFrame) -> str:
+    if "kl_divergence_mean" not in quality or quality["kl_divergence_mean"].isna().all():
+        return "No teacher-forced pass over the held-out text (quality.teacher_forced_tokens)."
+    return (
+        "Teacher-forced: the packaged held-out text (the Gettysburg Address), tokenized by each "
+        "config's engine, scored position by position on the same tokens as the reference "
+        "(llama.cpp: one /completion per position, its next token forced by logit_bias, the "
+        "raw logits' log-probabilities; vLLM: prompt_logprobs). KL(reference ‖ config) is over "
+        "the reference's top-K tokens plus one bucket for every other token; a token the config "
+        "did not return gets its unreturned mass spread over such tokens and the bucket, capped "
+        "at its K-th probability, so the figure is a lower bound of the full-vocabulary KL "
+        "where the config's numbers are exact. Top-1 agreement: positions whose most likely "
+        "token is the reference's; perplexity: exp(−mean log-probability of the text's tokens)."
+    )
+
+
+def _teacher_forced_cells(row: Row) -> tuple[str, str, str]:
+    if missing(row.get("kl_divergence_mean")):
+        note = row.get("teacher_forced_note")
+        return (DASH if missing(note) else str(note), DASH, DASH)
+    return (
+        f"{num(row['kl_divergence_mean'], 4)} (p99 {num(row['kl_divergence_p99'], 3)}, "
+        f"K={integer(row['teacher_forced_top_k'])}, {integer(row['teacher_forced_tokens'])} tokens)",
+        f"{num(row['top1_agreement_pct'], 1)} %",
+        f"{num(row['perplexity'], 2)} ({num(row['reference_perplexity'], 2)})",
     )
 
 

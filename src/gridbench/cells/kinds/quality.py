@@ -30,7 +30,7 @@ from gridbench.config.grid import Grid, ServingConfig
 from gridbench.engines.events import now_iso
 from gridbench.engines.kinds import engine_kind
 from gridbench.errors import BenchmarkError, ConfigError
-from gridbench.harness import greedy
+from gridbench.harness import greedy, teacher_forced
 from gridbench.harness.prompts import resolve_prompts
 from gridbench.layout import CellFiles
 from gridbench.util import codec
@@ -70,10 +70,12 @@ class QualityCellPlan(PlannedCell):
 @dataclass(frozen=True)
 class QualityPrompts:
     """A quality context's section: the requests' settings and the prompt of each class, so
-    an edited prompt file reruns the cells."""
+    an edited prompt file reruns the cells, and the teacher-forced pass's settings with its
+    text (None: no such pass)."""
 
     settings: greedy.GreedySettings = field(metadata=codec.INLINE)
     prompts: dict[str, str]
+    teacher_forced: teacher_forced.TeacherForcedSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,14 @@ class QualityKind(CellKind[QualityCellPlan]):
         if quality is None:
             raise ConfigError(f"config {config}: the grid has no quality section, so no quality cells")
         settings = greedy.GreedySettings(max_tokens=quality.max_tokens, extra_body=quality.extra_body)
-        prompts = QualityPrompts(settings=settings, prompts=resolve_prompts(quality))
+        forced = (
+            teacher_forced.TeacherForcedSettings(
+                quality.teacher_forced_tokens, quality.teacher_forced_top_k, teacher_forced.heldout_text()
+            )
+            if quality.teacher_forced_tokens > 0
+            else None
+        )
+        prompts = QualityPrompts(settings=settings, prompts=resolve_prompts(quality), teacher_forced=forced)
         return QualityContext(config=grid.configs[config], slots=slots, quality=prompts)
 
     def load(self, context: Path, wildcards: Mapping[str, str]) -> QualityCell:
@@ -221,15 +230,18 @@ def measure_quality(spec: QualityCell, engine: EngineLease, scratch: Path) -> Me
                     hint="read the engine log; run the same command again to measure the cell again",
                 ) from err
             record("ok")
+    forced = _teacher_forced(spec, engine)
     wall_s = time.monotonic() - started
     result = greedy.QualityResult(
         schema=greedy.SCHEMA,
         config=cfg.name,
         max_tokens=spec.quality.settings.max_tokens,
         outputs=tuple(outputs),
+        teacher_forced=forced,
     )
     with_ids = sum(1 for o in outputs if o.token_ids is not None)
-    log.info(f"{spec.what}: {len(outputs)} greedy outputs ({with_ids} with token ids) in {wall_s:.1f} s")
+    scored = f", {len(forced.positions)} teacher-forced positions" if forced else ""
+    log.info(f"{spec.what}: {len(outputs)} greedy outputs ({with_ids} with ids){scored}, {wall_s:.1f} s")
     return Measured(
         files={"raw": (json.dumps(codec.to_json(result), indent=1) + "\n").encode()},
         versions=provenance.versions(greedy.LOAD_GENERATOR, gridbench.__version__),
@@ -244,6 +256,27 @@ def measure_quality(spec: QualityCell, engine: EngineLease, scratch: Path) -> Me
         prefix_cache_reset=cache_reset,
         spec_decode=None,  # a few greedy requests say nothing of acceptance: the other kinds measure it
     )
+
+
+def _teacher_forced(spec: QualityCell, engine: EngineLease) -> teacher_forced.TeacherForced | None:
+    """The held-out text's pass, where the context asks for one; its first failed request
+    fails the cell."""
+    settings = spec.quality.teacher_forced
+    if settings is None:
+        return None
+    cfg = spec.serving_config
+    started = time.monotonic()
+    try:
+        on = teacher_forced.Engine(engine.base_url, engine.headers)
+        forced = teacher_forced.measure(on, cfg.engine.kind, cfg.checkpoint.served_model_name, settings)
+    except teacher_forced.TeacherForcedError as err:
+        raise BenchmarkError(
+            f"{spec.what}: the teacher-forced pass over the held-out text failed: {err}",
+            hint="read the engine log; set quality.teacher_forced_tokens: 0 to measure without the pass",
+        ) from err
+    took = time.monotonic() - started
+    log.info(f"{spec.what}: teacher-forced pass, {len(forced.positions)} positions in {took:.1f} s")
+    return forced
 
 
 def _progress(

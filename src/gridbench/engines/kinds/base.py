@@ -42,6 +42,9 @@ class EngineKind(ABC):
     # what a chat request adds so that its response's logprobs name each generated token's id
     # (a quality cell compares greedy outputs token by token; without ids, by characters)
     token_id_fields: Mapping[str, bool] = MappingProxyType({})
+    # how a quality cell gets teacher-forced log-probabilities from it (harness/teacher_forced.py's
+    # FORCED_STEPS or PROMPT_LOGPROBS); None: it gives none
+    teacher_forcing: str | None = None
 
     @abstractmethod
     def serve_args(self, cfg: ServingConfig, host: str, port: int) -> list[str]:

@@ -23,6 +23,8 @@ DRAFT_LENGTH_FLAGS = {
 class LlamaCpp(EngineKind):
     name = "llamacpp"
     label = "llama.cpp"
+    # no prompt log-probabilities: one /completion per position, its next token forced by logit_bias
+    teacher_forcing = "forced-steps"
     # studies/h200-vllm/README.md; serve_args turns it off with prefix caching
     load_inversion_cause = LoadInversionCause(
         "its host prompt cache saving idle slots before each request wave (studies/h200-vllm/README.md)",

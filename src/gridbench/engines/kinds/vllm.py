@@ -48,6 +48,7 @@ class VLLM(EngineKind):
     version_key = "version"
     # its logprobs then name each token "token_id:N" in place of its text
     token_id_fields = MappingProxyType({"return_tokens_as_token_ids": True})
+    teacher_forcing = "prompt-logprobs"  # /v1/completions' prompt_logprobs, in one request
 
     def serve_args(self, cfg: ServingConfig, host: str, port: int) -> list[str]:
         """``vllm serve`` flags, in the order the seeds' drivers wrote them."""
