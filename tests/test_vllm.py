@@ -244,3 +244,29 @@ def test_ci_grid_in_containers_end_to_end(workdir):
     assert (natural["status"] == "ok").all()
     dialogue = natural[(natural["prompt_class"] == "dialogue") & natural["config"].str.startswith("V_real")]
     assert (dialogue["ended_on_eos"] > 0).all() and (dialogue["output_tokens_p50"] < 96).all()
+
+
+def test_teacher_forced_log_probabilities_are_vllms_own_next_token_ones(engine):
+    """The quality cells' prompt_logprobs pass, against the same engine's log-probabilities
+    of the next token after each prefix, asked one completion at a time."""
+    from gridbench.harness import teacher_forced
+
+    model = engine.plan.served_model_name
+    settings = teacher_forced.TeacherForcedSettings(tokens=24, top_k=5, text=teacher_forced.heldout_text())
+    forced = teacher_forced.measure(teacher_forced.Engine(engine.base_url, {}), "vllm", model, settings)
+    assert forced.method == teacher_forced.PROMPT_LOGPROBS
+    assert len(forced.token_ids) == 25 and len(forced.positions) == 24
+    for position, token in zip(forced.positions, forced.token_ids[1:], strict=True):
+        assert position.token == token and position.logprob <= 0 and len(position.top) == 5
+        assert [t.logprob for t in position.top] == sorted((t.logprob for t in position.top), reverse=True)
+    for i in (1, 8, 24):
+        body = {"model": model, "prompt": list(forced.token_ids[:i]), "max_tokens": 1, "temperature": 0}
+        request = urllib.request.Request(
+            engine.base_url + "/v1/completions",
+            data=json.dumps({**body, "logprobs": 5}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            top = json.load(response)["choices"][0]["logprobs"]["top_logprobs"][0]
+        expected = sorted(top.values(), reverse=True)
+        assert [t.logprob for t in forced.positions[i - 1].top] == pytest.approx(expected, abs=0.02)
