@@ -33,6 +33,7 @@ from gridbench.aggregate.analysis import (
 from gridbench.aggregate.records import (
     CellFailure,
     ConfigIdentity,
+    EnergyColumns,
     Failure,
     MeasuredCell,
     Provenance,
@@ -215,6 +216,7 @@ class QualityRow:
     agreement: Agreement | None = None
     losslessness: Losslessness | None = None
     provenance: Provenance | None = None
+    energy: EnergyColumns | None = None
     failure: Failure | None = None
     files: dataset.Files | None = None
 
@@ -232,6 +234,7 @@ INTEGERS = [
     "lossless_first_difference_chars",
     "gpu_count",
     "exit_code",
+    *dataset.ENERGY_INTEGERS,
 ]
 FLOATS = [
     "active_weight_gb",
@@ -241,6 +244,7 @@ FLOATS = [
     "token_match_pct",
     "char_match_pct",
     *[c for c in dataset.FLOAT_COLUMNS if c in dataset.PROVENANCE],
+    *dataset.ENERGY_FLOATS,
 ]
 
 
@@ -290,6 +294,17 @@ def losslessness(
     )
 
 
+def output_tokens(outputs: Sequence[GreedyOutput]) -> int | None:
+    """The tokens the outputs generated (the usage block's count, else the token ids);
+    None where one output has neither: a partial count would overstate energy per token."""
+    counts = [o.output_tokens if o.output_tokens is not None else _id_count(o) for o in outputs]
+    return sum(c for c in counts if c is not None) if counts and None not in counts else None
+
+
+def _id_count(output: GreedyOutput) -> int | None:
+    return len(output.token_ids) if output.token_ids is not None else None
+
+
 def _pct(share: float | None) -> float | None:
     return None if share is None else round(100 * share, 3)
 
@@ -331,6 +346,7 @@ def rows_from_results(
                 agreement(cell.config, chosen.get(cell.config), results),
                 losslessness(cell.config, baseline, results) if baseline else None,
                 result.provenance.provenance,
+                EnergyColumns.of(result.provenance.telemetry, output_tokens(outputs), plan.gpu_hour_usd),
                 files=dataset.Files(cell.files.raw, cell.files.provenance, log_path=cell.files.log),
             )
         )
