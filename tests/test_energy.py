@@ -13,7 +13,7 @@ import pytest
 
 import report_fixtures as rf
 from conftest import REPO, free_port, load_yaml
-from gridbench.aggregate import dataset, natural
+from gridbench.aggregate import dataset, natural, quality
 from gridbench.aggregate.records import NO_TELEMETRY, EnergyColumns, MeasuredCell
 from gridbench.aggregate.report import render_report
 from gridbench.aggregate.report.energy import energy_section
@@ -23,6 +23,7 @@ from gridbench.cells.run import run_cell
 from gridbench.cells.telemetry import GpuSample, absent, summarize
 from gridbench.config.grid import Hardware
 from gridbench.config.loading import load_grid
+from gridbench.harness.greedy import GreedyOutput
 from test_telemetry import no_nvml
 
 # every column that holds a measured value (not the note, not the count of tokens)
@@ -90,6 +91,21 @@ def test_without_telemetry_every_value_is_empty_and_the_note_says_why(telemetry,
     columns = EnergyColumns.of(telemetry, output_tokens=1000, gpu_hour_usd=2.0)
     assert all(getattr(columns, name) is None for name in VALUES), columns
     assert columns.telemetry_note == note
+
+
+def test_the_tokens_counted_are_the_ok_requests_and_every_greedy_output():
+    requests = [
+        natural.RecordedRequest("ok", "length", 16),
+        natural.RecordedRequest("errored", None, 5),  # failed: its tokens measured nothing
+        natural.RecordedRequest("ok", "stop", 9),
+    ]
+    assert natural.ok_output_tokens(requests) == 25
+    assert natural.ok_output_tokens([natural.RecordedRequest("errored", None, None)]) is None
+    counted = GreedyOutput("code", "p", "t", (1, 2, 3), "stop", 4)  # the usage block's count first
+    by_ids = GreedyOutput("prose", "p", "t", (1, 2, 3), "stop", None)
+    uncounted = GreedyOutput("math", "p", "t", None, "stop", None)
+    assert quality.output_tokens([counted, by_ids]) == 7
+    assert quality.output_tokens([counted, uncounted]) is None  # a partial count would overstate J/token
 
 
 def _with_telemetry(cells: dict, telemetry) -> dict:
