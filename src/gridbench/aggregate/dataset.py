@@ -23,6 +23,7 @@ from gridbench.aggregate.records import (
     AcceptanceColumns,
     CellFailure,
     ConfigIdentity,
+    EnergyColumns,
     Failure,
     MeasuredCell,
     PlannedCell,
@@ -129,6 +130,7 @@ class DepthRow:
     cached: Cached | None = None
     acceptance: AcceptanceColumns | None = None
     provenance: Provenance | None = None
+    energy: EnergyColumns | None = None
     failure: Failure | None = None
     files: Files | None = None
     cached_files: CachedFiles | None = None
@@ -145,6 +147,11 @@ CACHED = column_names(Cached)
 CACHED_PREFILL_MIN_DEPTH_RATIO = 0.2
 ACCEPTANCE = column_names(AcceptanceColumns)
 PROVENANCE = column_names(Provenance)
+ENERGY = column_names(EnergyColumns)
+ENERGY_INTEGERS = ["telemetry_gpus", "output_tokens_measured"]
+ENERGY_FLOATS = [
+    c for c in ENERGY if c not in (*ENERGY_INTEGERS, "energy_source", "throttle_reasons", "telemetry_note")
+]
 FAILURE = column_names(Failure)
 FILES = column_names(Files)
 CACHED_FILES = column_names(CachedFiles)
@@ -158,6 +165,7 @@ INTEGER_COLUMNS = [
     "runs",
     "gpu_count",
     "exit_code",
+    *ENERGY_INTEGERS,
 ]
 FLOAT_COLUMNS = [
     "active_weight_gb",
@@ -170,9 +178,10 @@ FLOAT_COLUMNS = [
     "spec_accepted_tokens",
     "engine_startup_s",
     "bench_wall_s",
+    *ENERGY_FLOATS,
 ]
 BOOLEAN_COLUMNS = ["engine_reused", "prefix_cache_reset"]
-DATASET_VERSION = 4
+DATASET_VERSION = 5  # 5: the energy columns
 NOT_RUN = "no result: the cell did not run (or its result files were removed)"
 
 
@@ -215,6 +224,16 @@ def measures(result: BenchyResult, depth: int) -> Measures:
         est_ppt_ms=entry.est_ppt.mean,
         est_ppt_ms_std=entry.est_ppt.std,
     )
+
+
+def depth_energy(result: MeasuredCell[BenchyResult], depth: int, gpu_hour_usd: float | None) -> EnergyColumns:
+    """The energy columns of a measured depth cell: each of its measured requests (one
+    per-request decode value each, runs x concurrency) generated ``gen_tokens``; llama-benchy's
+    warm-up and latency probes are in the window but not counted."""
+    entry = benchy_entry(result.output, depth)
+    requests, tokens = entry.tg_req_throughput.count, entry.response_size
+    counted = requests * tokens if requests and tokens else None
+    return EnergyColumns.of(result.provenance.telemetry, counted, gpu_hour_usd)
 
 
 def cached_entry(result: BenchyResult, depth: int) -> BenchyEntry:
@@ -285,6 +304,7 @@ def rows_from_results(
                 measures(result.output, cell.depth),
                 acceptance=result.provenance.acceptance or AcceptanceColumns(),
                 provenance=result.provenance.provenance,
+                energy=depth_energy(result, cell.depth, plan.gpu_hour_usd),
                 files=Files(cell.files.raw, cell.files.provenance, log_path=cell.files.log),
             )
         else:

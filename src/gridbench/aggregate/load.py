@@ -20,6 +20,7 @@ from gridbench.aggregate import dataset
 from gridbench.aggregate.records import (
     CellFailure,
     ConfigIdentity,
+    EnergyColumns,
     Failure,
     MeasuredCell,
     Provenance,
@@ -33,6 +34,7 @@ from gridbench.cells.plan import LoadPlan
 from gridbench.errors import ResultFileError
 from gridbench.harness.goodput import LoadSummary, SloOutcome, slo_outcome
 from gridbench.harness.load import SCHEMA, LoadResult
+from gridbench.harness.stats import OK
 
 CellKey = tuple[str, str, str, float]
 
@@ -54,12 +56,21 @@ class LoadRow:
     summary: LoadSummary | None = None
     slo: SloOutcome | None = None
     provenance: Provenance | None = None
+    energy: EnergyColumns | None = None
     failure: Failure | None = None
     files: dataset.Files | None = None
 
 
 COLUMNS = row_columns(LoadRow)
-INTEGERS = ["num_speculative_tokens", "requests", "ok", "slo_percentile", "gpu_count", "exit_code"]
+INTEGERS = [
+    "num_speculative_tokens",
+    "requests",
+    "ok",
+    "slo_percentile",
+    "gpu_count",
+    "exit_code",
+    *dataset.ENERGY_INTEGERS,
+]
 BOOLEANS = [*dataset.BOOLEAN_COLUMNS, "saturated", "slo_met"]
 FLOATS = [
     "active_weight_gb",
@@ -67,6 +78,7 @@ FLOATS = [
     *[c for c in column_names(LoadSummary) if c not in ("requests", "ok", "saturated")],
     *[c for c in column_names(SloOutcome) if c not in ("slo_percentile", "slo_met", "binding_constraint")],
     *[c for c in dataset.FLOAT_COLUMNS if c in dataset.PROVENANCE],
+    *dataset.ENERGY_FLOATS,
 ]
 
 
@@ -79,6 +91,16 @@ def parse_result(document: object, cell: LoadCellPlan) -> LoadResult:
     if found != cell.key:
         raise ResultFileError(f"holds cell {found}, expected {cell.key}")
     return result
+
+
+def ok_output_tokens(result: LoadResult) -> int | None:
+    """The output tokens of the ok requests, as the summary's throughput counts them."""
+    counts = [
+        r.record.output_tokens
+        for r in result.requests
+        if r.record.status == OK and r.record.output_tokens is not None
+    ]
+    return sum(counts) if counts else None
 
 
 def rows_from_results(
@@ -101,6 +123,9 @@ def rows_from_results(
                     output.summary,
                     slo_outcome(output.requests, plan.slo),
                     result.provenance.provenance,
+                    EnergyColumns.of(
+                        result.provenance.telemetry, ok_output_tokens(output), plan.gpu_hour_usd
+                    ),
                     files=dataset.Files(cell.files.raw, cell.files.provenance, log_path=cell.files.log),
                 )
             )

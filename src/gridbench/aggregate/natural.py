@@ -19,6 +19,7 @@ from gridbench.aggregate.records import (
     CellFailure,
     CellReadings,
     ConfigIdentity,
+    EnergyColumns,
     Failure,
     MeasuredCell,
     Provenance,
@@ -106,10 +107,11 @@ class Settings:
 
 @dataclass(frozen=True)
 class RecordedRequest:
-    """A request record of the raw file, as far as its ending goes."""
+    """A request record of the raw file, as far as its ending and its tokens go."""
 
     status: str | None = None
     finish_reason: str | None = None
+    output_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,7 @@ class NaturalRow:
     endings: Endings | None = None
     acceptance: AcceptanceColumns | None = None
     provenance: Provenance | None = None
+    energy: EnergyColumns | None = None
     failure: Failure | None = None
     files: dataset.Files | None = None
 
@@ -160,6 +163,7 @@ INTEGERS = [
     "ended_on_eos",
     "gpu_count",
     "exit_code",
+    *dataset.ENERGY_INTEGERS,
 ]
 FLOATS = [
     "active_weight_gb",
@@ -170,6 +174,7 @@ FLOATS = [
     "ended_on_eos_share",
     *[f"{m}_{s}" for m in LATENCIES for s in STATISTICS],
     *[c for c in dataset.FLOAT_COLUMNS if c in dataset.ACCEPTANCE + dataset.PROVENANCE],
+    *dataset.ENERGY_FLOATS,
 ]
 
 
@@ -199,8 +204,18 @@ class NaturalResult:
         return typed_document(cls, document, f"not a natural-prompt result (schema {SCHEMA})")
 
 
+def ok_output_tokens(requests: Sequence[RecordedRequest]) -> int | None:
+    """The output tokens of the ok requests, as the harness's throughput counts them; None
+    where none has a count."""
+    counts = [r.output_tokens for r in requests if r.status == "ok" and r.output_tokens is not None]
+    return sum(counts) if counts else None
+
+
 def measured_row(
-    identity: ConfigIdentity, cell: NaturalCellPlan, result: MeasuredCell[NaturalResult]
+    identity: ConfigIdentity,
+    cell: NaturalCellPlan,
+    result: MeasuredCell[NaturalResult],
+    gpu_hour_usd: float | None,
 ) -> NaturalRow:
     output = result.output
     return NaturalRow(
@@ -215,6 +230,7 @@ def measured_row(
         acceptance=(AcceptanceColumns.from_recorded(output.spec_decode) or result.provenance.acceptance)
         or AcceptanceColumns(),
         provenance=result.provenance.provenance,
+        energy=EnergyColumns.of(result.provenance.telemetry, ok_output_tokens(output.requests), gpu_hour_usd),
         files=dataset.Files(cell.files.raw, cell.files.provenance, log_path=cell.files.log),
     )
 
@@ -238,7 +254,7 @@ def rows_from_results(
         identity = ConfigIdentity.from_config(plan.configs[cell.config])
         result = results.get(cell.key)
         if result is not None:
-            rows.append(measured_row(identity, cell, result))
+            rows.append(measured_row(identity, cell, result, plan.gpu_hour_usd))
             continue
         failure = failures.get(cell.key)
         rows.append(

@@ -37,6 +37,7 @@ from gridbench.aggregate.divergence import DifferentTokens, teacher_forced_diver
 from gridbench.aggregate.records import (
     CellFailure,
     ConfigIdentity,
+    EnergyColumns,
     Failure,
     MeasuredCell,
     Provenance,
@@ -236,6 +237,7 @@ class QualityRow:
     teacher_forced: TeacherForcedColumns | None = None
     losslessness: Losslessness | None = None
     provenance: Provenance | None = None
+    energy: EnergyColumns | None = None
     failure: Failure | None = None
     files: dataset.Files | None = None
 
@@ -255,6 +257,7 @@ INTEGERS = [
     "lossless_first_difference_chars",
     "gpu_count",
     "exit_code",
+    *dataset.ENERGY_INTEGERS,
 ]
 FLOATS = [
     "active_weight_gb",
@@ -269,6 +272,7 @@ FLOATS = [
     "perplexity",
     "reference_perplexity",
     *[c for c in dataset.FLOAT_COLUMNS if c in dataset.PROVENANCE],
+    *dataset.ENERGY_FLOATS,
 ]
 
 
@@ -346,6 +350,17 @@ def teacher_forced_columns(
     )
 
 
+def output_tokens(outputs: Sequence[GreedyOutput]) -> int | None:
+    """The tokens the outputs generated (the usage block's count, else the token ids);
+    None where one output has neither: a partial count would overstate energy per token."""
+    counts = [o.output_tokens if o.output_tokens is not None else _id_count(o) for o in outputs]
+    return sum(c for c in counts if c is not None) if counts and None not in counts else None
+
+
+def _id_count(output: GreedyOutput) -> int | None:
+    return len(output.token_ids) if output.token_ids is not None else None
+
+
 def _pct(share: float | None) -> float | None:
     return None if share is None else round(100 * share, 3)
 
@@ -388,6 +403,7 @@ def rows_from_results(
                 teacher_forced_columns(chosen.get(cell.config), result.output, results),
                 losslessness(cell.config, baseline, results) if baseline else None,
                 result.provenance.provenance,
+                EnergyColumns.of(result.provenance.telemetry, output_tokens(outputs), plan.gpu_hour_usd),
                 files=dataset.Files(cell.files.raw, cell.files.provenance, log_path=cell.files.log),
             )
         )

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, get_args, get
 import cattrs
 import pandas as pd
 
+from gridbench.cells.telemetry import Telemetry
 from gridbench.config.grid import ServingConfig
 from gridbench.errors import ResultFileError
 from gridbench.layout import CellFiles
@@ -284,15 +285,17 @@ class RecordedProvenance:
     bench: RecordedBench | None = None
     prefix_cache_reset: bool | None = None
     spec_decode: RecordedAcceptance | None = None
+    telemetry: Telemetry | None = None  # None in records older than the sampler
 
 
 @dataclass(frozen=True)
 class ProvenanceRecord:
-    """A cell's provenance file: its columns, and the engine's acceptance counters (None
-    when the record has none)."""
+    """A cell's provenance file: its columns, the engine's acceptance counters (None when
+    the record has none) and its GPU telemetry (None in a record older than the sampler)."""
 
     provenance: Provenance
     acceptance: AcceptanceColumns | None
+    telemetry: Telemetry | None = None
 
     @classmethod
     def from_recorded(cls, recorded: RecordedProvenance) -> ProvenanceRecord:
@@ -321,7 +324,96 @@ class ProvenanceRecord:
             finished_at=recorded.finished_at,
             bench_wall_s=recorded.bench.wall_s if recorded.bench else None,
         )
-        return cls(provenance, AcceptanceColumns.from_recorded(recorded.spec_decode))
+        return cls(provenance, AcceptanceColumns.from_recorded(recorded.spec_decode), recorded.telemetry)
+
+
+NO_TELEMETRY = (
+    "no GPU telemetry in the provenance record: the cell was measured before gridbench sampled GPUs"
+)
+JOULES_PER_KWH = 3.6e6
+
+
+def _significant(value: float, digits: int = 6) -> float:
+    return float(f"{value:.{digits}g}")
+
+
+@dataclass(frozen=True)
+class EnergyColumns:
+    """A measured cell's GPU telemetry over its window and what follows per output token.
+
+    ``energy_j`` is the energy counter's difference where the GPUs have one, else the sampled
+    power integrated (``energy_source`` says which); the window is the whole measurement
+    (warm-up and pauses included), the tokens those of its measured requests. Without
+    telemetry every value is None and ``telemetry_note`` says why: never zeros."""
+
+    energy_j: float | None = None
+    energy_source: str | None = None  # "counter" or "integrated"
+    energy_j_integrated: float | None = None
+    power_w_mean: float | None = None  # summed over the GPUs
+    gpu_util_pct_mean: float | None = None
+    gpu_memory_used_gib_peak: float | None = None
+    sm_clock_mhz_mean: float | None = None
+    temperature_c_max: float | None = None
+    throttle_reasons: str | None = None  # ", "-joined, every reason seen in any sample
+    telemetry_window_s: float | None = None
+    telemetry_gpus: int | None = None
+    output_tokens_measured: int | None = None  # the denominator of the per-token columns
+    joules_per_output_token: float | None = None
+    output_tokens_per_kwh: float | None = None
+    usd_per_million_output_tokens: float | None = None  # at study.hardware.gpu_hour_usd
+    telemetry_note: str | None = None  # why a value is missing
+
+    @classmethod
+    def of(
+        cls, telemetry: Telemetry | None, output_tokens: int | None, gpu_hour_usd: float | None
+    ) -> EnergyColumns:
+        """The columns of a cell's telemetry record (None: a record older than the sampler),
+        over ``output_tokens``, at a GPU-hour price (None: no cost)."""
+        if telemetry is None:
+            return cls(telemetry_note=NO_TELEMETRY)
+        if telemetry.reason is not None:
+            return cls(telemetry_note=telemetry.reason)
+        energy, source = telemetry.energy_j, "counter"
+        if energy is None:
+            energy, source = telemetry.energy_j_integrated, "integrated"
+        tokens = output_tokens or None  # no token: no per-token value
+        memory = telemetry.mem_used_mib_peak
+        return cls(
+            energy_j=energy,
+            energy_source=source if energy is not None else None,
+            energy_j_integrated=telemetry.energy_j_integrated,
+            power_w_mean=telemetry.power_w_mean,
+            gpu_util_pct_mean=telemetry.gpu_util_pct_mean,
+            gpu_memory_used_gib_peak=memory / 1024 if memory is not None else None,
+            sm_clock_mhz_mean=telemetry.sm_clock_mhz_mean,
+            temperature_c_max=telemetry.temperature_c_max,
+            throttle_reasons=", ".join(telemetry.throttle_reasons) or None,
+            telemetry_window_s=telemetry.window_s,
+            telemetry_gpus=len(telemetry.gpus),
+            output_tokens_measured=output_tokens,
+            joules_per_output_token=_significant(energy / tokens) if energy and tokens else None,
+            output_tokens_per_kwh=_significant(tokens * JOULES_PER_KWH / energy)
+            if energy and tokens
+            else None,
+            usd_per_million_output_tokens=_usd_per_million(telemetry, tokens, gpu_hour_usd),
+            telemetry_note=_energy_note(energy, tokens),
+        )
+
+
+def _usd_per_million(telemetry: Telemetry, tokens: int | None, gpu_hour_usd: float | None) -> float | None:
+    """The GPUs' time over the window at the declared price, per million output tokens."""
+    if gpu_hour_usd is None or not tokens or not telemetry.window_s or not telemetry.gpus:
+        return None
+    gpu_hours = len(telemetry.gpus) * telemetry.window_s / 3600
+    return _significant(gpu_hour_usd * gpu_hours / tokens * 1e6)
+
+
+def _energy_note(energy: float | None, tokens: int | None) -> str | None:
+    if energy is None:
+        return "no energy: the GPUs have no energy counter and fewer than two power samples were taken"
+    if not tokens:
+        return "no output token was counted over the window: no per-token value"
+    return None
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ class DepthPlan:
     cells: tuple[DepthCellPlan, ...]
     skipped: tuple[Skipped[DepthCellPlan], ...]
     cached_cells: tuple[DepthCellPlan, ...]
+    gpu_hour_usd: float | None = None  # study.hardware's price: the cost per token
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class NaturalPlan:
 
     configs: dict[str, ServingConfig]
     cells: tuple[NaturalCellPlan, ...]
+    gpu_hour_usd: float | None = None
 
 
 def depth_plan(grid: Grid) -> DepthPlan:
@@ -67,12 +69,17 @@ def depth_plan(grid: Grid) -> DepthPlan:
         cells=cold.cells,
         skipped=cold.skipped,
         cached_cells=CACHED.plan(grid, selected).cells,
+        gpu_hour_usd=grid.study.hardware.gpu_hour_usd,
     )
 
 
 def natural_plan(grid: Grid) -> NaturalPlan:
     selected = grid.selected()
-    return NaturalPlan(configs={c.name: c for c in selected}, cells=NATURAL.plan(grid, selected).cells)
+    return NaturalPlan(
+        configs={c.name: c for c in selected},
+        cells=NATURAL.plan(grid, selected).cells,
+        gpu_hour_usd=grid.study.hardware.gpu_hour_usd,
+    )
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,7 @@ class QualityPlan:
     cells: tuple[QualityCellPlan, ...]
     settings: QualitySettings
     baselines: Mapping[str, str]  # study.baseline: config -> its declared baseline
+    gpu_hour_usd: float | None = None
 
 
 def quality_plan(grid: Grid) -> QualityPlan:
@@ -98,6 +106,7 @@ def quality_plan(grid: Grid) -> QualityPlan:
         cells=QUALITY.plan(grid, selected).cells,
         settings=grid.quality,
         baselines=grid.study.baseline,
+        gpu_hour_usd=grid.study.hardware.gpu_hour_usd,
     )
 
 
@@ -108,6 +117,7 @@ class LoadPlan:
     configs: dict[str, ServingConfig]
     cells: tuple[LoadCellPlan, ...]
     slo: Slo
+    gpu_hour_usd: float | None = None
 
 
 def load_plan(grid: Grid) -> LoadPlan:
@@ -118,7 +128,10 @@ def load_plan(grid: Grid) -> LoadPlan:
         )
     selected = grid.selected()
     return LoadPlan(
-        configs={c.name: c for c in selected}, cells=LOAD.plan(grid, selected).cells, slo=grid.load.slo
+        configs={c.name: c for c in selected},
+        cells=LOAD.plan(grid, selected).cells,
+        slo=grid.load.slo,
+        gpu_hour_usd=grid.study.hardware.gpu_hour_usd,
     )
 
 

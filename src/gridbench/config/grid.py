@@ -199,6 +199,7 @@ class ServingConfig:
 class Hardware:
     name: str | None = None
     memory_bandwidth_gb_s: float | None = None  # the decode roofline's numerator
+    gpu_hour_usd: float | None = None  # one GPU for one hour: the cost per token's price
 
 
 @dataclass(frozen=True)
@@ -210,7 +211,7 @@ class CapacityTargets:
 @dataclass(frozen=True)
 class StudyInfo:
     """The ``study:`` section: what the report says the study is, and the facts its analyses
-    use (baselines, the machine's bandwidth, latency targets)."""
+    use (baselines, the machine's bandwidth and GPU-hour price, latency targets)."""
 
     title: str | None = None
     description: str | None = None

@@ -22,6 +22,7 @@ from gridbench.aggregate.report.depth import (
     startup_section,
     summary_table,
 )
+from gridbench.aggregate.report.energy import energy_section, method_line
 from gridbench.aggregate.report.ledger import METHOD_LINE, ledger_section, ledger_verdict_line
 from gridbench.aggregate.report.natural import (
     capacity_section,
@@ -58,7 +59,7 @@ def render_report(
         "## Verdict\n\n" + _with_ledger_line(verdict(grid, dataset, natural, quality), ledger),
         "## Checks\n\n" + checks_section(grid, dataset, natural, quality),
         phenomena_section(grid, dataset, natural),
-        "## Method\n\n" + method(grid, dataset, natural) + ("\n" + METHOD_LINE if ledger is not None else ""),
+        "## Method\n\n" + _method(grid, dataset, natural, ledger),
         "## Environment and provenance\n\n" + environment(grid, dataset, natural),
         "## Configs\n\n" + configs_table(grid, dataset),
         "## Summary: decode tok/s and TTFT by context depth\n\n" + summary_table(dataset),
@@ -66,6 +67,7 @@ def render_report(
         "## Engine comparison\n\n" + engine_section(dataset),
         "## Engine start-up\n\n" + startup_section(dataset, natural),
         "## GPU time\n\n" + ledger_section(ledger) if ledger is not None else "",
+        "## Energy and cost\n\n" + energy_section(dataset, natural, study),
         "## Roofline realisation\n\n" + roofline_section(dataset, study),
         "## Speculative decoding acceptance\n\n" + acceptance_section(dataset),
     ]
@@ -90,6 +92,13 @@ def render_report(
         "## Full data\n\n" + full_data(dataset),
     ]
     return "\n\n".join(s for s in sections if s) + "\n"
+
+
+def _method(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None, ledger: GpuLedger | None) -> str:
+    """The method, with the GPU time's line where there is a ledger and energy's where a cell has any."""
+    energy = method_line(dataset, natural, grid.study)
+    lines = [method(grid, dataset, natural), METHOD_LINE if ledger is not None else None, energy]
+    return "\n".join(line for line in lines if line)
 
 
 def _with_ledger_line(verdict_text: str, ledger: GpuLedger | None) -> str:
