@@ -319,6 +319,9 @@ def test_compare_flags_a_config_further_from_its_reference_and_one_no_longer_los
     )
     results["D_f16_draft4"] = measured("D_f16_draft4", *REFERENCE[:2], greedy("dialogue", "g Z", (8, 12)))
     after = quality_frame(grid, results).reset_index()
+    # and D_q8_0_draft4's probabilities move 0.02 nats/token further from the reference's
+    before["kl_divergence_mean"] = 0.01
+    after["kl_divergence_mean"] = after["config"].map({"D_q8_0_draft4": 0.03}).fillna(0.01)
     studies = []
     for name, quality in (("before", before), ("after", after)):
         folder = tmp_path / name / "dataset"
@@ -334,15 +337,32 @@ def test_compare_flags_a_config_further_from_its_reference_and_one_no_longer_los
     # dialogue "g Z" against "g h": 4 + 2 + 1 of 8 positions match
     assert "REGRESSION D_f16_draft4 quality: 100.0 -> 87.5 % of tokens" in result.stdout
     assert "no longer lossless" in result.stdout
+    assert (
+        "REGRESSION D_q8_0_draft4 quality: 66.7 -> 66.7 % of tokens match D_f16_n0's, KL +0.0200"
+        in result.stdout
+    )
     text = out.read_text()
-    assert "**Quality regression**: 2 config(s) further from their reference" in text
-    assert "| `D_q8_0_n0` | `D_f16_n0` | 77.8 % | 66.7 % | -11.1 pp **regression** | — | — |" in text
+    assert "**Quality regression**: 3 config(s) further from their reference" in text
+    kl = "| 0.0100 | 0.0100 |"
+    assert f"| `D_q8_0_n0` | `D_f16_n0` | 77.8 % | 66.7 % | -11.1 pp **regression** {kl} — | — |" in text
     # its baseline D_q8_0_n0 moved too: code differs from it now, but it was never lossless
     assert (
-        "| `D_q8_0_draft4` | `D_f16_n0` | 66.7 % | 66.7 % | +0.0 pp | no (1 differ) | no (2 differ) |" in text
+        "| `D_q8_0_draft4` | `D_f16_n0` | 66.7 % | 66.7 % | +0.0 pp **regression** | 0.0100 | 0.0300 |"
+        in text
     )
-    # an 11-point drop within a 20-point threshold is no regression; lost losslessness still is
-    loose = gridbench("compare", *studies, "--out", str(out), "--quality-threshold", "20", check=False)
+    # an 11-point drop within a 20-point threshold, or a KL 0.02 higher within 0.05, is no
+    # regression; lost losslessness still is
+    loose = gridbench(
+        "compare",
+        *studies,
+        "--out",
+        str(out),
+        "--quality-threshold",
+        "20",
+        "--kl-threshold",
+        "0.05",
+        check=False,
+    )
     assert loose.returncode == REGRESSION_EXIT
     assert [line.split(":")[0] for line in loose.stdout.splitlines() if "REGRESSION" in line] == [
         "REGRESSION D_f16_draft4 quality"

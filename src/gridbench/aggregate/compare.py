@@ -229,6 +229,7 @@ class QualityAgreement:
     match_pct: float  # positions matching, in ``unit``
     unit: str
     lossless_mismatches: int | None  # None: not speculative, or no baseline result
+    kl_mean: float | None  # teacher-forced KL from the reference, nats per token; None: no pass
 
     @classmethod
     def of(cls, row: Row) -> QualityAgreement | None:
@@ -236,12 +237,13 @@ class QualityAgreement:
         match = row["token_match_pct"] if unit == TOKENS else row["char_match_pct"]
         if row["status"] != "ok" or missing(match):
             return None
-        mismatches = row["lossless_mismatches"]
+        mismatches, kl = row["lossless_mismatches"], row.get("kl_divergence_mean")
         return cls(
             str(row["reference"]),
             number(match),
             unit,
             None if missing(mismatches) else int(number(mismatches)),
+            None if kl is None or missing(kl) else number(kl),
         )
 
 
@@ -259,21 +261,34 @@ class QualityChange:
     def lost_losslessness(self) -> bool:
         return self.before.lossless_mismatches == 0 and bool(self.after.lossless_mismatches)
 
-    def regresses(self, threshold_pp: float) -> bool:
-        return self.change_pp < -threshold_pp or self.lost_losslessness
+    @property
+    def kl_rise(self) -> float | None:
+        """How much further the config's probabilities are from its reference's (nats per
+        token); None where a study made no teacher-forced pass."""
+        if self.before.kl_mean is None or self.after.kl_mean is None:
+            return None
+        return self.after.kl_mean - self.before.kl_mean
+
+    def regresses(self, threshold_pp: float, kl_threshold: float) -> bool:
+        kl_rise = self.kl_rise
+        further = kl_rise is not None and kl_rise > kl_threshold
+        return self.change_pp < -threshold_pp or self.lost_losslessness or further
 
 
 @dataclass(frozen=True)
 class QualityComparison:
     threshold_pp: float
+    kl_threshold: float  # nats per token
     changes: tuple[QualityChange, ...]
 
     @property
     def regressions(self) -> tuple[QualityChange, ...]:
-        return tuple(c for c in self.changes if c.regresses(self.threshold_pp))
+        return tuple(c for c in self.changes if c.regresses(self.threshold_pp, self.kl_threshold))
 
 
-def compare_quality(before: pd.DataFrame, after: pd.DataFrame, threshold_pp: float) -> QualityComparison:
+def compare_quality(
+    before: pd.DataFrame, after: pd.DataFrame, threshold_pp: float, kl_threshold: float
+) -> QualityComparison:
     """Every matched config with agreement numbers in both studies, in ``after``'s order."""
     by_config_before = {str(r["config"]): QualityAgreement.of(r) for r in rows(before)}
     by_config_after = {str(r["config"]): QualityAgreement.of(r) for r in rows(after)}
@@ -282,13 +297,17 @@ def compare_quality(before: pd.DataFrame, after: pd.DataFrame, threshold_pp: flo
         a, b = by_config_before.get(match.before), by_config_after.get(match.after)
         if a is not None and b is not None and a.unit == b.unit:
             changes.append(QualityChange(match.after, a, b))
-    return QualityComparison(threshold_pp, tuple(changes))
+    return QualityComparison(threshold_pp, kl_threshold, tuple(changes))
 
 
 def _lossless(agreement: QualityAgreement) -> str:
     if agreement.lossless_mismatches is None:
         return "—"
     return "yes" if agreement.lossless_mismatches == 0 else f"no ({agreement.lossless_mismatches} differ)"
+
+
+def _kl(agreement: QualityAgreement) -> str:
+    return "—" if agreement.kl_mean is None else f"{agreement.kl_mean:.4f}"
 
 
 def quality_lines(comparison: QualityComparison, before_name: str, after_name: str) -> list[str]:
@@ -298,17 +317,20 @@ def quality_lines(comparison: QualityComparison, before_name: str, after_name: s
         return [*lines, "No config has quality results in both studies.", ""]
     lines += [
         f"Positions of each config's greedy output that match its reference's, in {before_name} "
-        f"and {after_name}; a regression is a drop of more than {comparison.threshold_pp:g} "
-        "percentage points, or a speculative config that was lossless and no longer is.",
+        f"and {after_name}, and the teacher-forced KL divergence from it (nats per token); a "
+        f"regression is a drop of more than {comparison.threshold_pp:g} percentage points, a KL "
+        f"higher by more than {comparison.kl_threshold:g}, or a speculative config that was "
+        "lossless and no longer is.",
         "",
-        f"| config | reference | {before_name} | {after_name} | change | lossless before | lossless after |",
-        "|---|---|---|---|---|---|---|",
+        f"| config | reference | {before_name} | {after_name} | change | KL {before_name} | KL {after_name} "
+        "| lossless before | lossless after |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for c in comparison.changes:
-        mark = " **regression**" if c.regresses(comparison.threshold_pp) else ""
+        mark = " **regression**" if c.regresses(comparison.threshold_pp, comparison.kl_threshold) else ""
         lines.append(
             f"| `{c.config}` | `{c.after.reference}` | {c.before.match_pct:.1f} % "
-            f"| {c.after.match_pct:.1f} % | {c.change_pp:+.1f} pp{mark} "
+            f"| {c.after.match_pct:.1f} % | {c.change_pp:+.1f} pp{mark} | {_kl(c.before)} | {_kl(c.after)} "
             f"| {_lossless(c.before)} | {_lossless(c.after)} |"
         )
     return [*lines, ""]

@@ -167,7 +167,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     quality = None
     if quality_before.is_file() and quality_after.is_file():
         quality = compare_quality(
-            read_frame(quality_before), read_frame(quality_after), args.quality_threshold
+            read_frame(quality_before), read_frame(quality_after), args.quality_threshold, args.kl_threshold
         )
     comparison = compare_studies(read_frame(before), read_frame(after), args.threshold, quality)
     graphs = write_ratio_graphs(comparison, args.graphs, before_name, after_name) if args.graphs else []
@@ -190,6 +190,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(
             f"REGRESSION {further.config} quality: {further.before.match_pct:.1f} -> "
             f"{further.after.match_pct:.1f} % of {further.after.unit} match {further.after.reference}'s"
+            + (f", KL {further.kl_rise:+.4f} nats/token" if further.kl_rise is not None else "")
             + (", no longer lossless" if further.lost_losslessness else "")
         )
     return REGRESSION_EXIT if comparison.regressed else 0
@@ -289,6 +290,14 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         metavar="PP",
         help="where both studies have dataset/quality.parquet: a config whose greedy output matches "
         "its reference's in fewer positions by more than PP percentage points regresses (5)",
+    )
+    p.add_argument(
+        "--kl-threshold",
+        type=float,
+        default=0.01,
+        metavar="NATS",
+        help="where both studies made the teacher-forced pass: a config whose KL divergence from its "
+        "reference rose by more than NATS per token regresses (0.01)",
     )
     p.add_argument("--before-name", help="how the report names the reference (its folder's name)")
     p.add_argument("--after-name", help="how the report names the other study (its folder's name)")
