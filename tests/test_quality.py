@@ -282,6 +282,10 @@ def test_the_explorer_shows_each_config_speed_beside_quality_with_its_reference(
     quality = quality_frame(grid, hand_counted_results()).reset_index()
     identities = quality[column_names(ConfigIdentity)]
     depth = identities.merge(depth_rows(HAND_SPEEDS).drop(columns=["config_label", "speculation_method"]))
+    quality.loc[quality["config"] == "D_q8_0_n0", ["kl_divergence_mean", "top1_agreement_pct"]] = [
+        0.0142,
+        93.0,
+    ]
     data = explorer_data(depth, None, grid.study, "t", quality=quality)
     figure = figures(data)["quality_frontier"]
     points = {t.name: (t.x[0], round(t.y[0], 1), t.hovertext[0]) for t in figure.data}
@@ -293,6 +297,8 @@ def test_the_explorer_shows_each_config_speed_beside_quality_with_its_reference(
     }
     assert "reference: D_f16_n0" in points["D_q8_0_n0"][2]
     assert "on the speed–quality frontier" in points["D_q8_0_n0"][2]
+    assert "teacher-forced: KL 0.0142 nats/token, top-1 agreement 93.0 %" in points["D_q8_0_n0"][2]
+    assert "teacher-forced" not in points["D_q8_0_draft4"][2]  # made no pass
     assert "beaten on both by another config" in points["D_q8_0_draft4"][2]
     # a study without quality results has no such graph
     assert "quality_frontier" not in figures(explorer_data(depth, None, grid.study, "t"))

@@ -554,6 +554,11 @@ def quality_figure(data: ExplorerData, styler: Styler) -> go.Figure:
             f"{speedup.speedup.mean:.3f} ± {speedup.speedup.std:.3f}",
             "on the speed–quality frontier" if point.on_frontier else "beaten on both by another config",
         ]
+        if point.kl_divergence_mean is not None and point.top1_agreement_pct is not None:
+            lines.append(
+                f"teacher-forced: KL {point.kl_divergence_mean:.4f} nats/token, "
+                f"top-1 agreement {point.top1_agreement_pct:.1f} %"
+            )
         trace = styler.trace(
             mine, [speedup.speedup.mean], [point.agreement_pct], [_hover(mine, data.origin(mine), lines)]
         )

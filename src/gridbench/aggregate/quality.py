@@ -43,6 +43,7 @@ from gridbench.aggregate.records import (
     Provenance,
     missing,
     number,
+    optional_float,
     read_cells,
     row_columns,
     typed_document,
@@ -445,7 +446,9 @@ class SpeedQuality:
     agreement_unit: str
     identical_outputs_pct: float
     speedup: SpeedupPoint | None
-    on_frontier: bool = False  # no other config is both faster and closer to the reference
+    on_frontier: bool = False
+    kl_divergence_mean: float | None = None  # the teacher-forced pass's, where it made one
+    top1_agreement_pct: float | None = None  # no other config is both faster and closer to the reference
 
 
 def speed_quality(quality: pd.DataFrame, depth: pd.DataFrame) -> list[SpeedQuality]:
@@ -468,6 +471,8 @@ def speed_quality(quality: pd.DataFrame, depth: pd.DataFrame) -> list[SpeedQuali
                 unit,
                 number(row["identical_outputs_pct"]),
                 ratios[0] if ratios else None,
+                kl_divergence_mean=optional_float(row.get("kl_divergence_mean")),
+                top1_agreement_pct=optional_float(row.get("top1_agreement_pct")),
             )
         )
     return [replace(p, on_frontier=_undominated(p, points)) for p in points]
