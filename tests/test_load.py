@@ -7,15 +7,17 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import itertools
+import json
 import re
 import statistics
 import sys
 import time
 
+import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, load_yaml
+from conftest import REPO, load_yaml, sweep_logs, write_config
 from gridbench.aggregate import dataset
 from gridbench.aggregate.load import Coordinates, LoadRow, capacities
 from gridbench.aggregate.records import ConfigIdentity
@@ -27,6 +29,7 @@ from gridbench.harness.arrivals import Arrival, Slo, schedule
 from gridbench.harness.goodput import LoadRequest, meets_slo, slo_outcome, summarize
 from gridbench.harness.stats import ERRORED, OK, RequestRecord, nearest_rank
 from test_natural_workflow import dry_run_counts
+from test_workflow import snakemake
 
 POISSON, BURSTY, REGULAR = Arrival("poisson"), Arrival("gamma", 0.5), Arrival("gamma", 25.0)
 
@@ -296,3 +299,45 @@ def test_the_workflow_plans_one_load_cell_per_config_class_arrival_and_rate(tmp_
     plan = load_plan(grid)
     assert plan.cells[0].files.raw == "results/load/D_f16_n0/code_poisson_r0.5.json"
     assert [c.rate_req_s for c in plan.cells[:3]] == [0.5, 2, 4]
+
+
+# --- the workflow, on the CPU engine -------------------------------------------------------
+
+
+@pytest.mark.workflow
+def test_the_workflow_measures_load_cells_on_llamacpp_and_writes_the_load_dataset(workdir, demo_config):
+    demo_config["configs"] = {"D_q8_0_n0": demo_config["configs"]["D_q8_0_n0"]}
+    demo_config["depths"] = []  # load cells only
+    del demo_config["natural"]
+    rates = [1.0, 2.0, 4.0]
+    demo_config["load"] = {
+        "prompt_classes": ["code"],
+        "rates": rates,
+        "requests": 6,
+        "max_tokens": 8,
+        "warmup": 1,
+    }
+    write_config(workdir / "grid.yaml", demo_config)
+    result = snakemake(workdir, "--configfile", "grid.yaml")
+    assert result.returncode == 0, result.stdout + result.stderr + sweep_logs(workdir)
+
+    frame = pd.read_csv(workdir / "dataset/load.csv")
+    assert frame["rate_req_s"].tolist() == rates and set(frame["status"]) == {"ok"}
+    assert set(frame["config"]) == {"D_q8_0_n0"} and set(frame["arrival"]) == {"poisson"}
+    assert frame["requests"].tolist() == frame["ok"].tolist() == [6, 6, 6]
+    # a tiny model far below its capacity: sent on schedule, every request within the SLO
+    assert (frame["sent_req_s"] / frame["offered_req_s"]).between(0.3, 3).all(), frame["sent_req_s"]
+    # far below capacity, requests end as they were sent (both first to last)
+    assert frame["achieved_req_s"].tolist() == pytest.approx(frame["sent_req_s"].tolist(), rel=0.25)
+    assert (frame["schedule_lag_ms_p99"] >= 0).all()
+    assert (frame["schedule_lag_ms_p99"] < 50).all(), frame["schedule_lag_ms_p99"]
+    assert frame["slo_met"].all() and (frame["goodput_req_s"] > 0).all() and (frame["goodput_tok_s"] > 0).all()
+    for rate in ("1", "2", "4"):
+        raw = json.loads((workdir / f"results/load/D_q8_0_n0/code_poisson_r{rate}.json").read_text())
+        assert raw["schema"] == load.SCHEMA and len(raw["requests"]) == 6
+        assert (workdir / f"results/load/D_q8_0_n0/code_poisson_r{rate}.provenance.json").exists()
+
+    measured_at = {p: p.stat().st_mtime_ns for p in workdir.glob("results/load/*/*.json")}
+    again = snakemake(workdir, "--configfile", "grid.yaml")
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    assert {p: p.stat().st_mtime_ns for p in workdir.glob("results/load/*/*.json")} == measured_at
