@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, load_yaml, sweep_logs, write_config
+from conftest import REPO, gridbench, load_yaml, sweep_logs, write_config
 from gridbench.aggregate import dataset
 from gridbench.aggregate.load import Coordinates, LoadRow, capacities
 from gridbench.aggregate.records import ConfigIdentity
@@ -331,11 +331,29 @@ def test_the_workflow_measures_load_cells_on_llamacpp_and_writes_the_load_datase
     assert frame["achieved_req_s"].tolist() == pytest.approx(frame["sent_req_s"].tolist(), rel=0.25)
     assert (frame["schedule_lag_ms_p99"] >= 0).all()
     assert (frame["schedule_lag_ms_p99"] < 50).all(), frame["schedule_lag_ms_p99"]
-    assert frame["slo_met"].all() and (frame["goodput_req_s"] > 0).all() and (frame["goodput_tok_s"] > 0).all()
+    assert frame["slo_met"].all()
+    assert (frame["goodput_req_s"] > 0).all() and (frame["goodput_tok_s"] > 0).all()
     for rate in ("1", "2", "4"):
         raw = json.loads((workdir / f"results/load/D_q8_0_n0/code_poisson_r{rate}.json").read_text())
         assert raw["schema"] == load.SCHEMA and len(raw["requests"]) == 6
         assert (workdir / f"results/load/D_q8_0_n0/code_poisson_r{rate}.provenance.json").exists()
+
+    report = (workdir / "dataset/comparison.md").read_text()
+    capacity = report.split("## Capacity under the SLO (open-loop load)\n", 1)[1].split("\n## ", 1)[0]
+    # no rate failed: the capacity is the highest rate measured, a lower bound, and says so
+    assert "| `D_q8_0_n0` | code | poisson | at least 4 req/s |" in capacity
+    assert capacity.count("| `D_q8_0_n0` | code | poisson | ") == 1 + len(rates)  # capacity, then each cell
+    verdict = report.split("## Verdict\n", 1)[1].split("\n## ", 1)[0]
+    assert "Most load under the SLO (TTFT ≤ 2000 ms and TPOT ≤ 100 ms for ≥ 90 % of requests)" in verdict
+    assert "code at poisson arrivals: D_q8_0_n0, at least 4 req/s" in verdict
+    assert "Mechanism check" in verdict  # random weights
+
+    # the workflow's end on error builds the same load dataset and section from the cells
+    grid_file = workdir / "grid.json"
+    grid_file.write_text(json.dumps(load_grid(demo_config, "grid.yaml").document, default=str))
+    gridbench("finalize", "--grid", str(grid_file), "--outdir", "partial", cwd=workdir)
+    assert (workdir / "partial/dataset/load.csv").read_text() == (workdir / "dataset/load.csv").read_text()
+    assert capacity in (workdir / "partial/dataset/comparison.md").read_text()
 
     measured_at = {p: p.stat().st_mtime_ns for p in workdir.glob("results/load/*/*.json")}
     again = snakemake(workdir, "--configfile", "grid.yaml")

@@ -20,6 +20,7 @@ from gridbench.cli.workflow import (
     read_frame,
     write_depth_dataset,
     write_explorer_file,
+    write_load_dataset,
     write_natural_dataset,
     write_quality_dataset,
     write_report,
@@ -216,9 +217,10 @@ def cmd_finalize(args: argparse.Namespace) -> int:
     if grid.quality:
         quality = write_quality_dataset(grid, root / layout.QUALITY_CSV, root / layout.QUALITY_PARQUET)
         figures.update(plots.quality_figures(quality, depth))
+    load = write_load_dataset(grid, root / layout.LOAD_CSV, root / layout.LOAD_PARQUET) if grid.load else None
     graphs = plots.save(figures, root / Path(layout.GRAPH).parent)
     print(f"wrote {len(graphs)} graphs to {root / Path(layout.GRAPH).parent}")
-    write_report(grid, depth, natural, graphs, root / layout.REPORT, quality, event_files_here())
+    write_report(grid, depth, natural, graphs, root / layout.REPORT, quality, event_files_here(), load)
     write_explorer_file(root / layout.EXPLORER, depth, natural, grid, quality)
     return 0
 
