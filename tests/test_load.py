@@ -7,26 +7,31 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import itertools
+import json
 import re
 import statistics
 import sys
 import time
 
+import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, load_yaml
+from conftest import REPO, gridbench, load_yaml, sweep_logs, write_config
 from gridbench.aggregate import dataset
 from gridbench.aggregate.load import Coordinates, LoadRow, capacities
 from gridbench.aggregate.records import ConfigIdentity
 from gridbench.cells.plan import load_plan, natural_plan
+from gridbench.cells.search import Search, next_rate, probe_outcome, search_capacity
 from gridbench.config.loading import load_grid
 from gridbench.errors import ConfigError
 from gridbench.harness import goodput, load, natural
-from gridbench.harness.arrivals import Arrival, Slo, schedule
+from gridbench.harness.arrivals import Arrival, SearchSettings, Slo, schedule
 from gridbench.harness.goodput import LoadRequest, meets_slo, slo_outcome, summarize
 from gridbench.harness.stats import ERRORED, OK, RequestRecord, nearest_rank
+from gridbench.util import codec
 from test_natural_workflow import dry_run_counts
+from test_workflow import snakemake
 
 POISSON, BURSTY, REGULAR = Arrival("poisson"), Arrival("gamma", 0.5), Arrival("gamma", 25.0)
 
@@ -296,3 +301,162 @@ def test_the_workflow_plans_one_load_cell_per_config_class_arrival_and_rate(tmp_
     plan = load_plan(grid)
     assert plan.cells[0].files.raw == "results/load/D_f16_n0/code_poisson_r0.5.json"
     assert [c.rate_req_s for c in plan.cells[:3]] == [0.5, 2, 4]
+
+
+# --- the workflow, on the CPU engine -------------------------------------------------------
+
+
+@pytest.mark.workflow
+def test_the_workflow_measures_load_cells_on_llamacpp_and_writes_the_load_dataset(workdir, demo_config):
+    demo_config["configs"] = {"D_q8_0_n0": demo_config["configs"]["D_q8_0_n0"]}
+    demo_config["depths"] = []  # load cells only
+    del demo_config["natural"]
+    rates = [1.0, 2.0, 4.0]
+    demo_config["load"] = {
+        "prompt_classes": ["code"],
+        "rates": rates,
+        "requests": 6,
+        "max_tokens": 8,
+        "warmup": 1,
+    }
+    write_config(workdir / "grid.yaml", demo_config)
+    result = snakemake(workdir, "--configfile", "grid.yaml")
+    assert result.returncode == 0, result.stdout + result.stderr + sweep_logs(workdir)
+
+    frame = pd.read_csv(workdir / "dataset/load.csv")
+    assert frame["rate_req_s"].tolist() == rates and set(frame["status"]) == {"ok"}
+    assert set(frame["config"]) == {"D_q8_0_n0"} and set(frame["arrival"]) == {"poisson"}
+    assert frame["requests"].tolist() == frame["ok"].tolist() == [6, 6, 6]
+    # a tiny model far below its capacity: sent on schedule, every request within the SLO
+    assert (frame["sent_req_s"] / frame["offered_req_s"]).between(0.3, 3).all(), frame["sent_req_s"]
+    # far below capacity, requests end as they were sent (both first to last)
+    assert frame["achieved_req_s"].tolist() == pytest.approx(frame["sent_req_s"].tolist(), rel=0.25)
+    assert (frame["schedule_lag_ms_p99"] >= 0).all()
+    assert (frame["schedule_lag_ms_p99"] < 50).all(), frame["schedule_lag_ms_p99"]
+    assert frame["slo_met"].all()
+    assert (frame["goodput_req_s"] > 0).all() and (frame["goodput_tok_s"] > 0).all()
+    for rate in ("1", "2", "4"):
+        raw = json.loads((workdir / f"results/load/D_q8_0_n0/code_poisson_r{rate}.json").read_text())
+        assert raw["schema"] == load.SCHEMA and len(raw["requests"]) == 6
+        assert (workdir / f"results/load/D_q8_0_n0/code_poisson_r{rate}.provenance.json").exists()
+
+    report = (workdir / "dataset/comparison.md").read_text()
+    capacity = report.split("## Capacity under the SLO (open-loop load)\n", 1)[1].split("\n## ", 1)[0]
+    # no rate failed: the capacity is the highest rate measured, a lower bound, and says so
+    assert "| `D_q8_0_n0` | code | poisson | at least 4 req/s |" in capacity
+    assert capacity.count("| `D_q8_0_n0` | code | poisson | ") == 1 + len(rates)  # capacity, then each cell
+    verdict = report.split("## Verdict\n", 1)[1].split("\n## ", 1)[0]
+    assert "Most load under the SLO (TTFT ≤ 2000 ms and TPOT ≤ 100 ms for ≥ 90 % of requests)" in verdict
+    assert "code at poisson arrivals: D_q8_0_n0, at least 4 req/s" in verdict
+    assert "Mechanism check" in verdict  # random weights
+
+    # the workflow's end on error builds the same load dataset and section from the cells
+    grid_file = workdir / "grid.json"
+    grid_file.write_text(json.dumps(load_grid(demo_config, "grid.yaml").document, default=str))
+    gridbench("finalize", "--grid", str(grid_file), "--outdir", "partial", cwd=workdir)
+    assert (workdir / "partial/dataset/load.csv").read_text() == (workdir / "dataset/load.csv").read_text()
+    assert capacity in (workdir / "partial/dataset/comparison.md").read_text()
+
+    measured_at = {p: p.stat().st_mtime_ns for p in workdir.glob("results/load/*/*.json")}
+    again = snakemake(workdir, "--configfile", "grid.yaml")
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    assert {p: p.stat().st_mtime_ns for p in workdir.glob("results/load/*/*.json")} == measured_at
+
+
+# --- the capacity search -------------------------------------------------------------------
+
+
+def test_the_next_rate_bisects_the_bracket_until_the_tolerance():
+    assert next_rate({10.0: True, 30.0: False}, 0.05) == 20.0
+    assert next_rate({10.0: True, 20.0: True, 30.0: False}, 0.05) == 25.0
+    assert next_rate({10.0: True, 30.0: True}, 0.05) is None  # no failing rate: nothing to bisect
+    assert next_rate({10.0: False, 30.0: False}, 0.05) is None  # no passing rate
+    assert next_rate({20.0: True, 20.9: False}, 0.05) is None  # within 5 % of 20
+    assert next_rate({10.0: True, 12.0: False, 30.0: True}, 0.05) == 11.0  # 30 passing above 12 is noise
+
+
+class Interrupted(Exception):
+    """A search stopped mid-way, as Ctrl-C would stop it."""
+
+
+def test_the_search_finds_the_paced_servers_capacity_and_resumes_where_it_stopped(paced_module, tmp_path):
+    """Each probe is a load cell's raw file; a search stopped after three measures only the
+    rest when run again, and a finished one measures nothing."""
+    slo = Slo(ttft_ms=60, tpot_ms=15, percentile=90, attainment=0.9)
+    settings = SearchSettings(max_probes=5, tolerance=0.05)
+    measured: list[float] = []
+
+    def search(server, stop_after: int | None = None) -> Search:
+        def outcome(rate: float) -> bool:
+            raw = tmp_path / f"code_{REGULAR.name}_r{rate:g}.json"
+
+            def measure() -> None:
+                if stop_after is not None and len(measured) == stop_after:
+                    raise Interrupted
+                requests = 96
+                run = open_loop(server.base_url, REGULAR, rate, requests, tokens=TOKENS)
+                found = load.level_result(
+                    config="paced",
+                    prompt_class="code",
+                    schedule=schedule(REGULAR, rate, requests, seed=0),
+                    settings=load.LoadLevelSettings(
+                        requests, TOKENS, 0, 0, True, {}, "Write a story.", REGULAR, 0
+                    ),
+                    run=run,
+                )
+                raw.write_text(json.dumps(codec.to_json(found)))
+                measured.append(rate)
+
+            return probe_outcome(raw, slo, measure)
+
+        return search_capacity((10.0, 30.0), settings, outcome)
+
+    with paced_module.PacedServer(TTFT_MS, GAP_MS, TOKENS, processes=1, slots=SLOTS) as server:
+        with pytest.raises(Interrupted):
+            search(server, stop_after=3)
+        assert len(measured) == 3
+        found = search(server)
+        assert search(server).outcomes == found.outcomes  # all read back: nothing measured
+    assert sorted(measured) == sorted(found.outcomes)  # each probe measured once, over both runs
+    assert found.probes <= settings.max_probes
+    capacity, failing = found.bracket.passing_req_s, found.bracket.failing_req_s
+    assert capacity is not None and failing is not None, found
+    assert capacity == pytest.approx(CAPACITY_REQ_S, rel=0.10), found
+    assert failing - capacity <= 0.1 * capacity, found
+
+
+@pytest.mark.integration
+def test_load_search_runs_its_probes_through_the_cell_runner_and_a_rerun_reads_them(workdir, demo_config):
+    """On the CPU engine: 1 req/s meets the SLO, 64 req/s of one-slot 64-token answers queue
+    past it, and the search's probe between them is an ordinary load cell."""
+    demo_config["configs"] = {"D_q8_0_n0": demo_config["configs"]["D_q8_0_n0"]}
+    demo_config["depths"] = []
+    del demo_config["natural"]
+    demo_config["load"] = {
+        "prompt_classes": ["code"],
+        "rates": [1, 64],
+        "requests": 12,
+        "max_tokens": 64,
+        "warmup": 1,
+        "slo": {"ttft_ms": 100},
+        "search": {"max_probes": 1},
+    }
+    write_config(workdir / "grid.yaml", demo_config)
+    first = gridbench("load-search", "--configfile", "grid.yaml", cwd=workdir, check=False)
+    assert first.returncode == 0, first.stdout + first.stderr + sweep_logs(workdir)
+    (found,) = [line for line in first.stdout.splitlines() if line.startswith("capacity search:")]
+    assert found.startswith(
+        "capacity search: D_q8_0_n0 code poisson: meets the SLO at 1 req/s, misses it at "
+    )
+    assert found.endswith("after 1 added rates (not converged)"), first.stdout
+    # the probe bisects 1 and 64: a load cell with its raw file and provenance, like the listed ones
+    cells = {p.name for p in workdir.glob("results/load/D_q8_0_n0/*.json")}
+    assert cells == {
+        f"code_poisson_r{r}{suffix}" for r in (1, 64, 32.5) for suffix in (".json", ".provenance.json")
+    }
+
+    measured_at = {p: p.stat().st_mtime_ns for p in workdir.glob("results/load/*/*.json")}
+    again = gridbench("load-search", "--configfile", "grid.yaml", cwd=workdir)
+    assert found in again.stdout.splitlines()  # the same search, read from its cells
+    assert "engine started" not in again.stdout
+    assert {p: p.stat().st_mtime_ns for p in workdir.glob("results/load/*/*.json")} == measured_at

@@ -110,18 +110,28 @@ def get_explorer_inputs(wildcards):
 
 
 def get_report_inputs(wildcards):
-    return {**get_explorer_inputs(wildcards), "graphs": get_graphs(wildcards)}
+    """The explorer's inputs, the graphs, and the load dataset where the study has a load
+    section."""
+    load = {"load": layout.LOAD_PARQUET} if GRID.load else {}
+    return {**get_explorer_inputs(wildcards), **load, "graphs": get_graphs(wildcards)}
 
 
 def get_report_natural_option(wildcards):
     return f"--natural {layout.NATURAL_PARQUET}" if GRID.natural else ""
 
 
-def get_report_dataset_options(wildcards):
-    """The report's --natural and --quality options, each where the study has the dataset:
-    a study without a quality section keeps the report's command line as it was."""
+def get_explorer_dataset_options(wildcards):
+    """The explorer's --natural and --quality options, each where the study has the dataset:
+    a study without a quality section keeps the command line as it was."""
     quality = f" --quality {layout.QUALITY_PARQUET}" if GRID.quality else ""
     return get_report_natural_option(wildcards) + quality
+
+
+def get_report_dataset_options(wildcards):
+    """The explorer's options and the report's --load where the study has a load section:
+    a study without one keeps the report's command line as it was."""
+    load = f" --load {layout.LOAD_PARQUET}" if GRID.load else ""
+    return get_explorer_dataset_options(wildcards) + load
 
 
 def get_engine_files(wildcards):

@@ -147,7 +147,7 @@ rule render_explorer:
         "logs/report/render_explorer.log",
     params:
         grid=GRID_FILE,
-        datasets=get_report_dataset_options,
+        datasets=get_explorer_dataset_options,
     shell:
         "gridbench explorer --grid {params.grid:q} --dataset {input.dataset:q} {params.datasets}"
         " --out {output:q} > {log:q} 2>&1"

@@ -24,7 +24,10 @@ from gridbench.aggregate.records import (
     Failure,
     MeasuredCell,
     Provenance,
+    Row,
     column_names,
+    optional_float,
+    optional_str,
     read_cells,
     row_columns,
     typed_document,
@@ -146,6 +149,55 @@ def rows_from_results(
 
 
 @dataclass(frozen=True)
+class MeasuredLevel:
+    """A measured load cell as the capacity reads it, from a row or from the dataset."""
+
+    config: str
+    prompt_class: str
+    arrival: str
+    rate_req_s: float
+    slo_met: bool
+    saturated: bool
+    goodput_req_s: float | None
+    goodput_tok_s: float | None
+    binding_constraint: str | None
+
+    @classmethod
+    def of_row(cls, row: LoadRow) -> MeasuredLevel | None:
+        if row.summary is None or row.slo is None:
+            return None
+        where, slo = row.coordinates, row.slo
+        return cls(
+            row.config.config,
+            where.prompt_class,
+            where.arrival,
+            where.rate_req_s,
+            slo.slo_met,
+            row.summary.saturated,
+            slo.goodput_req_s,
+            slo.goodput_tok_s,
+            slo.binding_constraint,
+        )
+
+    @classmethod
+    def of_record(cls, row: Row) -> MeasuredLevel | None:
+        """A row of the load dataset (a frame's record); None for a failed cell."""
+        if row["status"] != "ok":
+            return None
+        return cls(
+            str(row["config"]),
+            str(row["prompt_class"]),
+            str(row["arrival"]),
+            float(row["rate_req_s"] or 0),
+            bool(row["slo_met"]),
+            bool(row["saturated"]),
+            optional_float(row["goodput_req_s"]),
+            optional_float(row["goodput_tok_s"]),
+            optional_str(row["binding_constraint"]),
+        )
+
+
+@dataclass(frozen=True)
 class Capacity:
     """The highest measured rate at which a config met the SLO, for one class and process."""
 
@@ -153,6 +205,7 @@ class Capacity:
     prompt_class: str
     arrival: str
     capacity_req_s: float | None  # None: no measured rate met it
+    goodput_req_s: float | None  # at that rate
     goodput_tok_s: float | None  # at that rate
     binding_constraint: str | None  # at that rate
     first_failing_req_s: float | None  # the lowest measured rate above it that missed it
@@ -160,32 +213,40 @@ class Capacity:
 
 
 def capacities(rows: Sequence[LoadRow]) -> list[Capacity]:
-    """Per (config, class, process), in the rows' order: the highest passing rate below the
+    """Each config's capacity from the dataset's rows (failed cells left out)."""
+    return capacities_of([level for row in rows if (level := MeasuredLevel.of_row(row))])
+
+
+def frame_capacities(frame: pd.DataFrame) -> list[Capacity]:
+    """Each config's capacity from the load dataset as written."""
+    records = frame.astype(object).to_dict("records")
+    return capacities_of([level for row in records if (level := MeasuredLevel.of_record(row))])
+
+
+def capacities_of(levels: Sequence[MeasuredLevel]) -> list[Capacity]:
+    """Per (config, class, process), in the levels' order: the highest passing rate below the
     first failing one (a rate passing above a failing one is noise, not capacity)."""
-    groups: dict[tuple[str, str, str], list[LoadRow]] = {}
-    for row in rows:
-        if row.summary is not None and row.slo is not None:
-            key = (row.config.config, row.coordinates.prompt_class, row.coordinates.arrival)
-            groups.setdefault(key, []).append(row)
+    groups: dict[tuple[str, str, str], list[MeasuredLevel]] = {}
+    for level in levels:
+        groups.setdefault((level.config, level.prompt_class, level.arrival), []).append(level)
     found = []
     for (config, prompt_class, arrival), measured in groups.items():
-        ordered = sorted(measured, key=lambda r: r.coordinates.rate_req_s)
-        failing = next((r for r in ordered if r.slo is not None and not r.slo.slo_met), None)
-        passing = [
-            r for r in ordered if failing is None or r.coordinates.rate_req_s < failing.coordinates.rate_req_s
-        ]
+        ordered = sorted(measured, key=lambda level: level.rate_req_s)
+        failing = next((level for level in ordered if not level.slo_met), None)
+        passing = [lv for lv in ordered if failing is None or lv.rate_req_s < failing.rate_req_s]
         best = passing[-1] if passing else None
-        saturated = next((r for r in ordered if r.summary is not None and r.summary.saturated), None)
+        saturated = next((level for level in ordered if level.saturated), None)
         found.append(
             Capacity(
                 config,
                 prompt_class,
                 arrival,
-                best.coordinates.rate_req_s if best else None,
-                best.slo.goodput_tok_s if best and best.slo else None,
-                best.slo.binding_constraint if best and best.slo else None,
-                failing.coordinates.rate_req_s if failing else None,
-                saturated.coordinates.rate_req_s if saturated else None,
+                best.rate_req_s if best else None,
+                best.goodput_req_s if best else None,
+                best.goodput_tok_s if best else None,
+                best.binding_constraint if best else None,
+                failing.rate_req_s if failing else None,
+                saturated.rate_req_s if saturated else None,
             )
         )
     return found

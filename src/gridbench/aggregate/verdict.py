@@ -16,6 +16,7 @@ import pandas as pd
 
 from gridbench.aggregate import analysis
 from gridbench.aggregate.analysis import LOSS, TIE, WIN, Pattern, Speedup
+from gridbench.aggregate.load import Capacity, frame_capacities
 from gridbench.aggregate.phenomena import CLASS_SPREAD
 from gridbench.aggregate.records import ConfigIdentity, missing
 from gridbench.aggregate.text import and_list, num, pct, pm, ratio_text, span
@@ -510,4 +511,70 @@ def class_acceptance_lines(natural: pd.DataFrame) -> list[str]:
             f"{pct(high.acceptance_rate or 0.0)} of drafted tokens on {high.prompt_class} but "
             f"{pct(low.acceptance_rate or 0.0)} on {low.prompt_class}; quote its speed with the workload."
         )
+    return lines
+
+
+# --- open-loop load ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SloWords:
+    """The SLO the load dataset was judged by, as the report says it."""
+
+    targets: str  # "TTFT ≤ 2000 ms and TPOT ≤ 100 ms"
+    attainment: str  # "90 %"
+    percentile: int  # the percentile the dataset reports against the targets
+
+    def __str__(self) -> str:
+        return f"{self.targets} for ≥ {self.attainment} of requests"
+
+
+def slo_words(load: pd.DataFrame) -> SloWords | None:
+    """None when no load cell was measured."""
+    judged = load[load["status"] == "ok"]
+    if judged.empty:
+        return None
+    row = judged.iloc[0]
+    return SloWords(
+        f"TTFT ≤ {num(row['slo_ttft_ms'])} ms and TPOT ≤ {num(row['slo_tpot_ms'])} ms",
+        pct(float(row["slo_attainment_required"])),
+        int(row["slo_percentile"]),
+    )
+
+
+def capacity_text(cap: Capacity) -> str:
+    """ "4 req/s", or "at least 4 req/s" where no measured rate above it failed."""
+    if cap.capacity_req_s is None:
+        return "meets it at no rate measured"
+    rate = f"{cap.capacity_req_s:g} req/s"
+    return rate if cap.first_failing_req_s is not None else f"at least {rate}"
+
+
+def load_findings(load: pd.DataFrame) -> list[str]:
+    """Per prompt class and arrival process, the config that serves the most load under the
+    SLO (the highest passing rate, then the most goodput there), and the others after it."""
+    slo = slo_words(load)
+    if slo is None:
+        return ["No load cell was measured: no capacity under the SLO."] if not load.empty else []
+    groups: dict[tuple[str, str], list[Capacity]] = {}
+    for cap in frame_capacities(load):
+        groups.setdefault((cap.prompt_class, cap.arrival), []).append(cap)
+    lines = []
+    for (prompt_class, arrival), caps in groups.items():
+        ranked = sorted(caps, key=lambda c: (c.capacity_req_s or 0.0, c.goodput_tok_s or 0.0), reverse=True)
+        best, rest = ranked[0], ranked[1:]
+        if best.capacity_req_s is None:
+            lines.append(
+                f"Under the SLO ({slo}), {prompt_class} at {arrival} arrivals: no config meets it "
+                "at any rate measured."
+            )
+            continue
+        text = (
+            f"Most load under the SLO ({slo}), {prompt_class} at {arrival} arrivals: {best.config}, "
+            f"{capacity_text(best)} ({num(best.goodput_req_s)} req/s, {num(best.goodput_tok_s)} tok/s "
+            f"of goodput; {best.binding_constraint or 'no'} target binding)"
+        )
+        if rest:
+            text += "; then " + and_list([f"{c.config} {capacity_text(c)}" for c in rest])
+        lines.append(text + ".")
     return lines

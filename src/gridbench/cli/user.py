@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 from gridbench.errors import GridbenchError
 
 if TYPE_CHECKING:  # for annotations only: a cell's start-up should not import these
-    pass
+    from collections.abc import Callable
+
+    from gridbench.config.grid import Grid
 
 from gridbench.cli.common import add_configfile, grid_from_json, load_grid_args
 from gridbench.cli.workflow import (
@@ -20,6 +22,7 @@ from gridbench.cli.workflow import (
     read_frame,
     write_depth_dataset,
     write_explorer_file,
+    write_load_dataset,
     write_natural_dataset,
     write_quality_dataset,
     write_report,
@@ -217,14 +220,73 @@ def cmd_finalize(args: argparse.Namespace) -> int:
     if grid.quality:
         quality = write_quality_dataset(grid, root / layout.QUALITY_CSV, root / layout.QUALITY_PARQUET)
         figures.update(plots.quality_figures(quality, depth))
+    load = write_load_dataset(grid, root / layout.LOAD_CSV, root / layout.LOAD_PARQUET) if grid.load else None
     graphs = plots.save(figures, root / Path(layout.GRAPH).parent)
     print(f"wrote {len(graphs)} graphs to {root / Path(layout.GRAPH).parent}")
-    write_report(grid, depth, natural, graphs, root / layout.REPORT, quality, event_files_here())
+    write_report(grid, depth, natural, graphs, root / layout.REPORT, quality, event_files_here(), load)
     write_explorer_file(root / layout.EXPLORER, depth, natural, grid, quality)
     return 0
 
 
+def _load_probe(grid: Grid, config: str, at: dict[str, str], slots: list[str]) -> Callable[[float], bool]:
+    """Whether the config's load cell at a rate met the SLO, measured through the cell runner
+    unless its raw file is there."""
+    from gridbench.cells.context import cell_from_grid
+    from gridbench.cells.kinds.load import LOAD
+    from gridbench.cells.run import run_cell
+    from gridbench.cells.search import probe_outcome
+    from gridbench.harness.arrivals import rate_name
+
+    def outcome(rate: float) -> bool:
+        where = {**at, "rate": rate_name(rate)}
+        files = LOAD.patterns.files(config=config, **where)
+        outputs = {"raw": Path(files.raw), "provenance": Path(files.provenance)}
+        cell = cell_from_grid(grid, "load", config, slots, **where)
+        slo = grid.load.slo if grid.load else None
+        return slo is not None and probe_outcome(outputs["raw"], slo, lambda: run_cell(cell, outputs))
+
+    return outcome
+
+
+def _rate_text(rate: float | None) -> str:
+    return "no rate measured" if rate is None else f"{rate:g} req/s"
+
+
+def cmd_load_search(args: argparse.Namespace) -> int:
+    """Per config, prompt class and arrival process: the load section's rates, then the
+    capacity search's bisecting ones, each an ordinary load cell through the cell runner
+    (its raw file read instead when present, so a stopped search resumes)."""
+    from gridbench.cells.search import search_capacity
+    from gridbench.engines.manager import detect_gpus
+
+    grid = load_grid_args(args)
+    if grid.load is None:
+        raise GridbenchError(f"{grid.source}: no load section, so no capacity search")
+    load, slots = grid.load, [str(s) for s in grid.gpu_slots or detect_gpus()] or ["cpu"]
+    for config in grid.selected():
+        for prompt_class in load.prompt_classes:
+            for arrival in load.arrivals:
+                at = {"prompt_class": prompt_class, "arrival": arrival.name}
+                found = search_capacity(load.rates, load.search, _load_probe(grid, config.name, at, slots))
+                low, high = (
+                    _rate_text(r) for r in (found.bracket.passing_req_s, found.bracket.failing_req_s)
+                )
+                print(
+                    f"capacity search: {config.name} {prompt_class} {arrival.name}: meets the SLO at "
+                    f"{low}, misses it at {high} after {found.probes} added rates "
+                    f"({'converged' if found.converged else 'not converged'})"
+                )
+    return 0
+
+
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "load-search",
+        help="the load section's rates, then load cells bisecting each config's capacity under the SLO",
+    )
+    add_configfile(p)
+    p.set_defaults(func=cmd_load_search)
+
     p = sub.add_parser("cells", help="list the cells a config schedules, and those it skips")
     add_configfile(p)
     p.set_defaults(func=cmd_cells)

@@ -189,15 +189,17 @@ def write_report(
     out: Path,
     quality: pd.DataFrame | None = None,
     events: Sequence[Path] | None = None,
+    load: pd.DataFrame | None = None,
 ) -> None:
-    """comparison.md; ``events`` (engine events files) add the GPU time ledger."""
+    """comparison.md; ``events`` (engine events files) add the GPU time ledger, ``load`` (the
+    load dataset) the capacity under the SLO."""
     from gridbench.aggregate.ledger import read_ledger
     from gridbench.aggregate.report import is_partial, render_report
     from gridbench.util.files import atomic_write_text
 
     links = [Path(os.path.relpath(g, out.parent)).as_posix() for g in graphs]
     ledger = read_ledger(grid, events) if events is not None else None
-    atomic_write_text(out, render_report(grid, dataset, natural, links, quality, ledger))
+    atomic_write_text(out, render_report(grid, dataset, natural, links, quality, ledger, load))
     _warn_checks(grid, dataset, natural, quality)
     print(f"wrote {out}{' (PARTIAL: some cells failed)' if is_partial(dataset, natural) else ''}")
 
@@ -205,9 +207,10 @@ def write_report(
 def cmd_report(args: argparse.Namespace) -> int:
     natural = read_frame(args.natural) if args.natural else None
     quality = read_frame(args.quality) if args.quality else None
+    load = read_frame(args.load) if args.load else None
     grid = grid_from_json(args.grid)
     events = args.events or None
-    write_report(grid, read_frame(args.dataset), natural, args.graphs, args.out, quality, events)
+    write_report(grid, read_frame(args.dataset), natural, args.graphs, args.out, quality, events, load)
     return 0
 
 
@@ -325,6 +328,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--dataset", required=True, type=Path, help="dataset/dataset.parquet")
     p.add_argument("--natural", type=Path, help="dataset/natural.parquet, when the study has one")
     p.add_argument("--quality", type=Path, help="dataset/quality.parquet, when the study has one")
+    p.add_argument("--load", type=Path, help="dataset/load.parquet, when the study has a load section")
     p.add_argument("--graphs", nargs="*", default=[], type=Path, help="PNG files to embed, in order")
     p.add_argument(
         "--events",

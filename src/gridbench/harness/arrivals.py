@@ -48,6 +48,14 @@ class Slo:
 
 
 @dataclass(frozen=True)
+class SearchSettings:
+    """The capacity search's bounds: how many cells it may add, and how close it stops."""
+
+    max_probes: int
+    tolerance: float  # of the highest rate meeting the SLO
+
+
+@dataclass(frozen=True)
 class Sending:
     """How a load cell sends its requests: what its context holds of the section. The rates,
     classes and processes are the cells' coordinates and the SLO is judged by the dataset,
@@ -72,6 +80,7 @@ class LoadSettings:
     arrivals: tuple[Arrival, ...]
     rates: tuple[float, ...]
     sending: Sending = field(metadata=codec.INLINE)
+    search: SearchSettings
     slo: Slo
 
 

@@ -46,7 +46,7 @@ class LoadSummary:
     ok: int
     offered_req_s: float  # the cell's rate
     sent_req_s: float | None  # as the client sent them, first to last
-    achieved_req_s: float | None  # ok requests over the time from the origin to the last end
+    achieved_req_s: float | None  # ok requests as they ended, first to last (as sent_req_s)
     schedule_lag_ms_p50: float | None
     schedule_lag_ms_p99: float | None
     schedule_lag_ms_max: float | None
@@ -125,11 +125,13 @@ def _per_s(count: float, span_s: float) -> float | None:
     return _round(count / span_s) if span_s > 0 else None
 
 
-def _sent_req_s(requests: Sequence[LoadRequest]) -> float | None:
-    sent = sorted(r.record.start_s for r in requests)
-    if len(sent) < 2 or sent[-1] <= sent[0]:
+def _rate_req_s(times_s: Sequence[float]) -> float | None:
+    """Events per second from the first to the last: n events span n - 1 gaps. (Over the
+    time from the origin, n events of a short cell read as a faster rate than was sent.)"""
+    ordered = sorted(times_s)
+    if len(ordered) < 2 or ordered[-1] <= ordered[0]:
         return None
-    return _round((len(sent) - 1) / (sent[-1] - sent[0]))
+    return _round((len(ordered) - 1) / (ordered[-1] - ordered[0]))
 
 
 def summarize(requests: Sequence[LoadRequest], rate_req_s: float) -> LoadSummary:
@@ -144,8 +146,8 @@ def summarize(requests: Sequence[LoadRequest], rate_req_s: float) -> LoadSummary
         requests=len(requests),
         ok=len(ok),
         offered_req_s=rate_req_s,
-        sent_req_s=_sent_req_s(requests),
-        achieved_req_s=_per_s(len(ok), span_s),
+        sent_req_s=_rate_req_s([r.record.start_s for r in requests]),
+        achieved_req_s=_rate_req_s([r.end_s for r in ok]),
         schedule_lag_ms_p50=_percentile(lags, 50),
         schedule_lag_ms_p99=_percentile(lags, 99),
         schedule_lag_ms_max=max(lags, default=None),

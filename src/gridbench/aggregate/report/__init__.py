@@ -24,6 +24,7 @@ from gridbench.aggregate.report.depth import (
 )
 from gridbench.aggregate.report.energy import energy_section, method_line
 from gridbench.aggregate.report.ledger import METHOD_LINE, ledger_section, ledger_verdict_line
+from gridbench.aggregate.report.load import load_section
 from gridbench.aggregate.report.natural import (
     capacity_section,
     natural_section,
@@ -44,10 +45,12 @@ def render_report(
     graphs: Sequence[str] = (),
     quality: pd.DataFrame | None = None,
     ledger: GpuLedger | None = None,
+    load: pd.DataFrame | None = None,
 ) -> str:
     """The whole comparison.md. ``graphs`` are links to the PNG files, relative to the report;
     ``quality`` (the quality dataset, with a quality section) adds its check and section;
-    ``ledger`` (the engines' GPU time, aggregate.ledger) adds a verdict line and its section."""
+    ``ledger`` (the engines' GPU time, aggregate.ledger) adds a verdict line and its section;
+    ``load`` (the load dataset, with a load section) adds its verdict lines and section."""
     study = grid.study
     # plain object columns: the many small selections below run ~3x faster than on Arrow
     # strings and nullable dtypes, and every value renders the same
@@ -56,7 +59,7 @@ def render_report(
     sections = [
         f"# {study.title or 'gridbench comparison'}",
         partial_banner(dataset, natural),
-        "## Verdict\n\n" + _with_ledger_line(verdict(grid, dataset, natural, quality), ledger),
+        "## Verdict\n\n" + _with_ledger_line(verdict(grid, dataset, natural, quality, load), ledger),
         "## Checks\n\n" + checks_section(grid, dataset, natural, quality),
         phenomena_section(grid, dataset, natural),
         "## Method\n\n" + _method(grid, dataset, natural, ledger),
@@ -86,6 +89,8 @@ def render_report(
             "## Quality: greedy agreement with the reference, beside speed\n\n"
             + quality_section(quality, dataset)
         )
+    if load is not None:
+        sections.append("## Capacity under the SLO (open-loop load)\n\n" + load_section(load))
     sections += [
         "## Failed and skipped cells\n\n" + failures_section(dataset, natural),
         "## Graphs\n\n" + graphs_section(graphs),

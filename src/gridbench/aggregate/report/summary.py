@@ -7,7 +7,7 @@ import pandas as pd
 from gridbench.aggregate.checks import run_checks
 from gridbench.aggregate.report.phenomena import judged, tally_line
 from gridbench.aggregate.text import and_list
-from gridbench.aggregate.verdict import verdict_lines
+from gridbench.aggregate.verdict import load_findings, verdict_lines
 from gridbench.aggregate.weights_origin import MECHANISM_CHECK, RANDOM_WEIGHTS_SHOW, random_weight_configs
 from gridbench.config.grid import Grid
 
@@ -39,10 +39,23 @@ def weighed_verdict_lines(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFra
     return lines + [f"{MECHANISM_CHECK}: {line}" for line in mechanism]
 
 
+def load_verdict_lines(grid: Grid, load: pd.DataFrame) -> list[str]:
+    """Which config serves the most load under the SLO; on random weights, labelled as the
+    mechanism check it is."""
+    real, random = _split(load, random_weight_configs(grid))
+    return load_findings(real) + [f"{MECHANISM_CHECK}: {line}" for line in load_findings(random)]
+
+
 def verdict(
-    grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None, quality: pd.DataFrame | None = None
+    grid: Grid,
+    dataset: pd.DataFrame,
+    natural: pd.DataFrame | None,
+    quality: pd.DataFrame | None = None,
+    load: pd.DataFrame | None = None,
 ) -> str:
     lines = weighed_verdict_lines(grid, dataset, natural)
+    if load is not None:
+        lines += load_verdict_lines(grid, load)
     tally = tally_line(judged(grid, dataset, natural))
     if tally:
         lines.insert(0, tally)
