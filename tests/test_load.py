@@ -455,6 +455,10 @@ def test_load_search_runs_its_probes_through_the_cell_runner_and_a_rerun_reads_t
         f"code_poisson_r{r}{suffix}" for r in (1, 64, 32.5) for suffix in (".json", ".provenance.json")
     }
 
+    # the dataset holds the added rate beside the listed ones, its capacity bracketed by it
+    frame = pd.read_csv(workdir / "dataset/load.csv")
+    assert sorted(frame["rate_req_s"]) == [1, 32.5, 64] and set(frame["status"]) == {"ok"}
+
     measured_at = {p: p.stat().st_mtime_ns for p in workdir.glob("results/load/*/*.json")}
     again = gridbench("load-search", "--configfile", "grid.yaml", cwd=workdir)
     assert found in again.stdout.splitlines()  # the same search, read from its cells

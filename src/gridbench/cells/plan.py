@@ -120,16 +120,21 @@ class LoadPlan:
     gpu_hour_usd: float | None = None
 
 
-def load_plan(grid: Grid) -> LoadPlan:
+def load_plan(grid: Grid, *, searched: bool = False) -> LoadPlan:
+    """The load cells the load section lists; with ``searched``, also those that
+    ``gridbench load-search`` added where their raw files are (the dataset's view)."""
     if grid.load is None:
         raise ConfigError(
             f"{grid.source}: the grid has no load section, so no load dataset",
             hint="add a load: section to the config (docs/config-reference.md#load)",
         )
     selected = grid.selected()
+    cells = LOAD.plan(grid, selected).cells
+    if searched:
+        cells += LOAD.searched(grid, selected)
     return LoadPlan(
         configs={c.name: c for c in selected},
-        cells=LOAD.plan(grid, selected).cells,
+        cells=cells,
         slo=grid.load.slo,
         gpu_hour_usd=grid.study.hardware.gpu_hour_usd,
     )

@@ -256,6 +256,7 @@ def cmd_load_search(args: argparse.Namespace) -> int:
     """Per config, prompt class and arrival process: the load section's rates, then the
     capacity search's bisecting ones, each an ordinary load cell through the cell runner
     (its raw file read instead when present, so a stopped search resumes)."""
+    from gridbench import layout
     from gridbench.cells.search import search_capacity
     from gridbench.engines.manager import detect_gpus
 
@@ -276,6 +277,8 @@ def cmd_load_search(args: argparse.Namespace) -> int:
                     f"{low}, misses it at {high} after {found.probes} added rates "
                     f"({'converged' if found.converged else 'not converged'})"
                 )
+    # the dataset with the added rates; the next snakemake run renders the report from it
+    write_load_dataset(grid, Path(layout.LOAD_CSV), Path(layout.LOAD_PARQUET))
     return 0
 
 

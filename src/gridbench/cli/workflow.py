@@ -120,7 +120,7 @@ def write_load_dataset(grid: Grid, csv: Path, parquet: Path) -> pd.DataFrame:
     from gridbench.aggregate.load import build_from_plan
     from gridbench.cells.plan import load_plan
 
-    frame, capacities = build_from_plan(load_plan(grid), csv=csv, parquet=parquet)
+    frame, capacities = build_from_plan(load_plan(grid, searched=True), csv=csv, parquet=parquet)
     print_counts("load", frame, [csv, parquet])
     for found in capacities:
         where = f"{found.config} {found.prompt_class} {found.arrival}"

@@ -48,6 +48,22 @@ log = logging.getLogger(__name__)
 PROGRESS_FILE = "load.progress.jsonl"
 
 
+def _searched_rates(raw_pattern: str, listed: Sequence[float]) -> list[float]:
+    """The rates a search added: those of the raw files matching ``raw_pattern`` (the load
+    kind's, every coordinate but the rate filled in) that the load section does not list."""
+    prefix, suffix = raw_pattern.split("{rate}")
+    found = []
+    for raw in Path().glob(prefix + "*" + suffix):
+        text = raw.as_posix()[len(prefix) : -len(suffix)]
+        try:
+            rate = float(text)
+        except ValueError:  # another file in the folder (a provenance record)
+            continue
+        if rate not in listed:
+            found.append(rate)
+    return sorted(found)
+
+
 @dataclass(frozen=True, kw_only=True)
 class LoadCellPlan(PlannedCell):
     """A load cell of the plan."""
@@ -176,6 +192,27 @@ class LoadKind(CellKind[LoadCellPlan]):
                 for prompt_class, arrival, rate in self._levels(grid)
             )
         )
+
+    def searched(self, grid: Grid, configs: Sequence[ServingConfig]) -> tuple[LoadCellPlan, ...]:
+        """The cells a capacity search added (gridbench load-search) whose raw files exist,
+        after the listed ones."""
+        load = grid.load
+        if load is None:
+            return ()
+        cells = []
+        for config in configs:
+            for prompt_class in load.prompt_classes:
+                for arrival in load.arrivals:
+                    at = {"config": config.name, "prompt_class": prompt_class, "arrival": arrival.name}
+                    pattern = self.patterns.raw.format(**at, rate="{rate}")
+                    for rate in _searched_rates(pattern, load.rates):
+                        files = self.patterns.files(**at, rate=rate_name(rate))
+                        cells.append(
+                            LoadCellPlan(
+                                **at, rate_req_s=rate, files=files, expected_requests=load.sending.requests
+                            )
+                        )
+        return tuple(cells)
 
     @staticmethod
     def _levels(grid: Grid) -> list[tuple[str, Arrival, float]]:
