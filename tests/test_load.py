@@ -11,7 +11,6 @@ import json
 import re
 import statistics
 import sys
-import time
 
 import pandas as pd
 import pytest
@@ -36,13 +35,19 @@ from test_workflow import snakemake
 POISSON, BURSTY, REGULAR = Arrival("poisson"), Arrival("gamma", 0.5), Arrival("gamma", 25.0)
 
 
-@pytest.fixture
-def paced_module(monkeypatch):
-    spec = importlib.util.spec_from_file_location("paced_server", REPO / "benchmarks/paced_server.py")
+def benchmark_module(name: str, monkeypatch: pytest.MonkeyPatch):
+    """A script of benchmarks/ as a module, gone again (with what it put on sys.path) after the test."""
+    spec = importlib.util.spec_from_file_location(name, REPO / f"benchmarks/{name}.py")
     module = importlib.util.module_from_spec(spec)
+    monkeypatch.setattr(sys, "path", [*sys.path])
     monkeypatch.setitem(sys.modules, spec.name, module)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture
+def paced_module(monkeypatch):
+    return benchmark_module("paced_server", monkeypatch)
 
 
 # --- the schedule -------------------------------------------------------------------------
@@ -182,25 +187,12 @@ def most_in_flight(run: load.OpenLoopRun) -> int:
     return most
 
 
-def bare_timer_lags_ms(offsets_s: tuple[float, ...]) -> list[float]:
-    """The reference: a loop waking at the same due times and doing nothing else."""
-
-    async def run() -> list[float]:
-        origin = time.perf_counter_ns() + 20_000_000
-        lags = []
-        for offset in offsets_s:
-            due = origin + round(offset * 1e9)
-            await natural.wait_until(due)
-            lags.append((time.perf_counter_ns() - due) / 1e6)
-        return lags
-
-    return asyncio.run(run())
-
-
-def test_the_open_loop_keeps_its_schedule_whatever_the_server_takes(paced_module):
+def test_the_open_loop_keeps_its_schedule_whatever_the_server_takes(paced_module, monkeypatch):
     """50 req/s of 200 ms streams: ~10 in flight, each sent on time, never after another ended."""
     rate, count = 50.0, 150
-    reference = sorted(bare_timer_lags_ms(schedule(POISSON, rate, count, seed=0).offsets_s))
+    # the reference: a bare loop waking at the same due times (the benchmark's own)
+    bare_loop = benchmark_module("load_schedule", monkeypatch).reference_lags_ms
+    reference = sorted(bare_loop(schedule(POISSON, rate, count, seed=0).offsets_s))
     with paced_module.PacedServer(ttft_ms=50, gap_ms=6, tokens=26, processes=1) as server:
         run = open_loop(server.base_url, POISSON, rate, count, tokens=26)
         truth = server.take_log()
