@@ -601,3 +601,23 @@ def test_the_real_model_study_sweeps_each_model_to_its_trained_context(tmp_path)
     assert {(c, p, int(n)) for c, p, n in natural} == {
         (c, p, n) for c in depths for p in ("code", "reasoning", "dialogue", "prose") for n in (1, 4, 16)
     }
+
+
+def test_the_real_model_studys_quality_and_load_overlay_adds_only_those_cells(tmp_path):
+    """config/studies/h200-real-quality-load.yaml after the study: one quality cell per config
+    and three load rates each, and the depth and natural cells' contexts as without it."""
+    study = "config/studies/h200-real.yaml"
+    alone = dry_run_on_placeholders(tmp_path / "alone", study, args=("--quiet", "rules"))
+    both = dry_run_on_placeholders(
+        tmp_path / "both", study, "config/studies/h200-real-quality-load.yaml", args=("--quiet", "rules")
+    )
+    assert both.returncode == 0, both.stdout + both.stderr
+    counts = {rule: int(n) for rule, n in re.findall(r"^(\w+)\s+(\d+)$", both.stdout, re.MULTILINE)}
+    before = {rule: int(n) for rule, n in re.findall(r"^(\w+)\s+(\d+)$", alone.stdout, re.MULTILINE)}
+    assert counts["quality_cell"] == 11 and counts["load_cell"] == 33
+    assert (counts["bench_cell"], counts["natural_cell"]) == (before["bench_cell"], before["natural_cell"])
+    contexts = [
+        sorted(p.name for p in (d / ".gridbench/contexts").iterdir())
+        for d in (tmp_path / "alone", tmp_path / "both")
+    ]
+    assert set(contexts[0]) <= set(contexts[1])  # the measured cells' contexts stay the same
