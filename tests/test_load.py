@@ -310,6 +310,20 @@ def test_a_trace_arrival_names_its_cells_and_its_context_holds_the_trace(tmp_pat
     assert "trace" not in codec.to_json(POISSON)
 
 
+def test_the_workflow_plans_trace_cells_and_a_missing_trace_is_a_clear_error(tmp_path):
+    trace = tmp_path / "burst.jsonl"
+    gridbench("load-trace", "--out", str(trace), "--requests", "16", "--rate", "2")
+    section = {"arrivals": [{"process": "trace", "trace": str(trace)}], "rates": [1, 2], "requests": 16}
+    config = tmp_path / "grid.yaml"
+    config.write_text(yaml.safe_dump(mechanism_with(section)))
+    # Snakemake writes each cell's context, the trace's requests in it, as the rule's params
+    assert dry_run_counts(tmp_path, "--configfile", str(config))["load_cell"] == 4 * 2
+    trace.unlink()
+    grid = load_grid(mechanism_with(section), "mechanism.yaml")
+    with pytest.raises(ConfigError, match=r"load trace .*burst\.jsonl does not exist"):
+        LOAD.context(grid, "D_f16_n0", ["cpu"])
+
+
 def test_a_generated_trace_replayed_against_the_paced_server_keeps_its_schedule_and_lengths(
     paced_module, monkeypatch, tmp_path
 ):
