@@ -257,17 +257,22 @@ def serve(
 
     gate = asyncio.Semaphore(slots) if slots else None  # FIFO: waiters wake in arrival order
 
-    async def stream(conn: socket.socket, request: Request, kind: str, n: int, usage: dict, prompt: str):
+    async def stream(
+        conn: socket.socket, request: Request, kind: str, n: int, usage: dict, prompt: str, asked: int
+    ):
         """The stream once a slot is free (at once without SLOTS)."""
         if gate is None:
-            return await stream_from(request.arrival, conn, request, kind, n, usage, prompt)
+            return await stream_from(request.arrival, conn, request, kind, n, usage, prompt, asked)
         async with gate:
             start = max(request.arrival, time.perf_counter_ns())
-            await stream_from(start, conn, request, kind, n, usage, prompt)
+            await stream_from(start, conn, request, kind, n, usage, prompt, asked)
 
-    async def stream_from(start: int, conn, request: Request, kind: str, n: int, usage: dict, prompt: str):
+    async def stream_from(
+        start: int, conn, request: Request, kind: str, n: int, usage: dict, prompt: str, asked: int
+    ):
         """The tokens on their schedule from ``start``, each event a chunk of its own; the last
-        token, the usage block and [DONE] in one write, so the stream ends when its last token is out."""
+        token, the usage block and [DONE] in one write, so the stream ends when its last token is
+        out. The log keeps what the request asked for (``asked``) beside the ``n`` it was sent."""
         await send(conn, head("200 OK", b"text/event-stream", request.keep_alive, None))
         sent, lateness = [], []
         token_events = events[kind]
@@ -290,7 +295,12 @@ def serve(
         log.append(
             {"prompt": prompt[:40], "arrival": request.arrival, "read": request.read, "first": sent[0]}
             | {"stamped": request.arrival != request.read}
-            | {"last": sent[-1], "tokens": n, "late_p50_ms": sorted(lateness)[len(lateness) // 2] / 1e6}
+            | {
+                "last": sent[-1],
+                "tokens": n,
+                "asked": asked,
+                "late_p50_ms": sorted(lateness)[len(lateness) // 2] / 1e6,
+            }
             | {"late_max_ms": max(lateness) / 1e6}
         )
 
@@ -333,7 +343,7 @@ def serve(
                 {"message": {"role": "assistant", "content": text}} if kind == "chat" else {"text": text}
             )
             return await reply_json(conn, request, {"id": "paced-0", "choices": [choice], "usage": usage})
-        await stream(conn, request, kind, n, usage, prompt)
+        await stream(conn, request, kind, n, usage, prompt, int(asked))
 
     async def handle(conn: socket.socket) -> None:
         with conn:

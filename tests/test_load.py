@@ -20,6 +20,8 @@ from conftest import REPO, gridbench, load_yaml, sweep_logs, write_config
 from gridbench.aggregate import dataset
 from gridbench.aggregate.load import Coordinates, LoadRow, capacities
 from gridbench.aggregate.records import ConfigIdentity
+from gridbench.assets.corpus import synthetic_book
+from gridbench.cells.kinds.load import LOAD, trace_requests
 from gridbench.cells.plan import load_plan, natural_plan
 from gridbench.cells.search import Search, next_rate, probe_outcome, search_capacity
 from gridbench.config.loading import load_grid
@@ -28,6 +30,16 @@ from gridbench.harness import goodput, load, natural
 from gridbench.harness.arrivals import Arrival, SearchSettings, Slo, schedule
 from gridbench.harness.goodput import LoadRequest, meets_slo, slo_outcome, summarize
 from gridbench.harness.stats import ERRORED, OK, RequestRecord, nearest_rank
+from gridbench.harness.trace import (
+    TraceEntry,
+    TraceShape,
+    fit_prompt,
+    format_trace,
+    generate_trace,
+    parse_trace,
+    read_trace,
+    replayed,
+)
 from gridbench.util import codec
 from test_natural_workflow import dry_run_counts
 from test_workflow import snakemake
@@ -244,6 +256,107 @@ def test_the_highest_rate_meeting_the_slo_brackets_the_paced_servers_capacity(pa
     assert achieved == pytest.approx(CAPACITY_REQ_S, rel=0.2)
 
 
+# --- trace replay ----------------------------------------------------------------------------
+
+
+def test_a_generated_trace_is_seeded_bursty_heavy_tailed_and_read_back_in_both_formats():
+    entries = generate_trace(4000, 4.0, seed=3)
+    assert entries == generate_trace(4000, 4.0, seed=3) and entries != generate_trace(4000, 4.0, seed=4)
+    gaps = [b.offset_s - a.offset_s for a, b in itertools.pairwise(entries)]
+    assert entries[0].offset_s == 0 and min(gaps) >= 0
+    assert statistics.fmean(gaps) == pytest.approx(0.25, rel=0.1)
+    assert statistics.stdev(gaps) / statistics.fmean(gaps) > 1.2  # gamma 0.5: sqrt(2), burstier than Poisson
+    shape = TraceShape()
+    for lengths, median in (
+        (sorted(e.input_tokens for e in entries), shape.input_median),
+        (sorted(e.output_tokens for e in entries), shape.output_median),
+    ):
+        assert nearest_rank(lengths, 50) == pytest.approx(median, rel=0.1)
+        assert nearest_rank(lengths, 99) > 5 * nearest_rank(lengths, 50)  # the heavy tail
+    for name in ("t.csv", "t.jsonl"):
+        assert parse_trace(format_trace(entries, csv_format=name.endswith(".csv")), name) == entries
+    with pytest.raises(ConfigError, match="request 2: an arrival must be >= 0 s"):
+        parse_trace("offset_s,input_tokens,output_tokens\n0,5,5\n-1,5,5\n", "t.csv")
+    with pytest.raises(ConfigError, match="line 2 is not a trace request"):
+        parse_trace('{"offset_s": 0, "input_tokens": 5, "output_tokens": 5}\n{"offset_s": 1}\n', "t.jsonl")
+
+
+def test_a_trace_is_replayed_from_its_first_arrival_at_the_cells_rate():
+    trace = [TraceEntry(10.0, 5, 7), TraceEntry(10.5, 6, 8), TraceEntry(12.0, 7, 9), TraceEntry(13.0, 8, 1)]
+    # the first three: two gaps over 2 s, scaled to 4 req/s (0.5 s)
+    assert replayed(trace, 4.0, 3) == (TraceEntry(0.0, 5, 7), TraceEntry(0.125, 6, 8), TraceEntry(0.5, 7, 9))
+    with pytest.raises(ConfigError, match=r"a load trace of 4 requests cannot replay load\.requests = 5"):
+        replayed(trace, 4.0, 5)
+    assert fit_prompt("one two three", ["a", "b"], 2, start=0) == "one two"
+    assert fit_prompt("one two", ["a", "b", "c"], 5, start=2) == "one two c a b"
+
+
+def test_a_trace_arrival_names_its_cells_and_its_context_holds_the_trace(tmp_path):
+    path = tmp_path / "azure conv.csv"
+    path.write_text(format_trace(generate_trace(8, 2.0, seed=0), csv_format=True))
+    section = {"arrivals": [{"process": "trace", "trace": str(path)}], "rates": [2], "requests": 8}
+    grid = load_grid(mechanism_with(section), "mechanism.yaml")
+    plan = load_plan(grid)
+    assert plan.cells[0].files.raw == "results/load/D_f16_n0/dialogue_trace-azure-conv_r2.json"
+    assert str(path) in LOAD.host_files(grid, "D_f16_n0")
+    context = tmp_path / "context.json"
+    context.write_text(json.dumps(codec.to_json(LOAD.context(grid, "D_f16_n0", ["cpu"]))))
+    cell = LOAD.load(context, {"prompt_class": "dialogue", "arrival": "trace-azure-conv", "rate": "2"})
+    assert cell.arrival == Arrival("trace", trace=str(path)) and cell.arrival.name == "trace-azure-conv"
+    assert cell.trace == read_trace(str(path)).entries
+    # a study without traces keeps its contexts' keys, so its cells are not measured again
+    plain = load_grid(mechanism_with({"rates": [2]}), "mechanism.yaml")
+    assert "traces" not in codec.to_json(LOAD.context(plain, "D_f16_n0", ["cpu"]))
+    assert "trace" not in codec.to_json(POISSON)
+
+
+def test_the_workflow_plans_trace_cells_and_a_missing_trace_is_a_clear_error(tmp_path):
+    trace = tmp_path / "burst.jsonl"
+    gridbench("load-trace", "--out", str(trace), "--requests", "16", "--rate", "2")
+    section = {"arrivals": [{"process": "trace", "trace": str(trace)}], "rates": [1, 2], "requests": 16}
+    config = tmp_path / "grid.yaml"
+    config.write_text(yaml.safe_dump(mechanism_with(section)))
+    # Snakemake writes each cell's context, the trace's requests in it, as the rule's params
+    assert dry_run_counts(tmp_path, "--configfile", str(config))["load_cell"] == 4 * 2
+    trace.unlink()
+    grid = load_grid(mechanism_with(section), "mechanism.yaml")
+    with pytest.raises(ConfigError, match=r"load trace .*burst\.jsonl does not exist"):
+        LOAD.context(grid, "D_f16_n0", ["cpu"])
+
+
+def test_a_generated_trace_replayed_against_the_paced_server_keeps_its_schedule_and_lengths(
+    paced_module, monkeypatch, tmp_path
+):
+    """The CLI's trace, replayed at 20 req/s: each request on time and asking for its length.
+    The server sends at most 16 tokens 5 ms apart: the trace's long outputs (up to 2048) as
+    1 ms streams would have the one client loop read ~40 000 chunks a second on a shared
+    2-core machine, whose lateness is the machine's, not the schedule's."""
+    rate, count = 20.0, 40
+    path = tmp_path / "trace.jsonl"
+    gridbench("load-trace", "--out", str(path), "--requests", "60", "--rate", "5", "--seed", "2")
+    plan = natural.LevelPlan("Write a story.", 1, count, 0, 16, 0, True, {}, 60)
+    entries = replayed(read_trace(str(path)).entries, rate, count)
+    sent = trace_requests(plan, entries, synthetic_book(paragraphs=200).split())
+    assert [len(r.text.split()) for r in sent] == [e.input_tokens for e in entries]
+    assert [r.max_tokens for r in sent] == [e.output_tokens for e in entries]
+    offsets = tuple(e.offset_s for e in entries)
+    reference = sorted(benchmark_module("load_schedule", monkeypatch).reference_lags_ms(offsets))
+    with paced_module.PacedServer(ttft_ms=20, gap_ms=5, tokens=16, processes=1) as server:
+        run = asyncio.run(load.send_open_loop(natural.Endpoint(server.base_url, "paced"), sent, offsets, 60))
+        truth = server.take_log()
+    assert [t.status for t in run.traces] == [OK] * count
+    lags = sorted(r.lag_ms for r in load.load_requests(run))
+    assert lags[0] >= 0 and nearest_rank(lags, 50) < 1.0, lags[:5]
+    assert nearest_rank(lags, 99) < nearest_rank(reference, 99) + 10, (lags[-5:], reference[-5:])
+    # the server saw each request when the client says it sent it (the lag above is from the
+    # due time to then), asking for its trace's output length
+    seen = {int(re.match(r"\[bench-(\d+)\]", e["prompt"]).group(1)): e for e in truth}
+    for trace, entry in zip(run.traces, entries, strict=True):
+        assert 0 <= seen[trace.index]["arrival"] - trace.start_ns < 5e6
+        assert seen[trace.index]["asked"] == entry.output_tokens
+        assert seen[trace.index]["tokens"] == trace.output_tokens == min(16, entry.output_tokens)
+
+
 # --- the config and the plan ---------------------------------------------------------------
 
 
@@ -263,6 +376,9 @@ def mechanism_with(load_section: dict) -> dict:
         ({"arrivals": [{"process": "uniform"}]}, r"key load.arrivals.0.process: 'uniform' is not allowed"),
         ({"rates": [0]}, r"key load.rates.0"),
         ({"arrivals": [{"process": "poisson"}, {"process": "poisson"}]}, "listed twice"),
+        ({"arrivals": [{"process": "trace"}]}, r"key load.arrivals.0: trace needs a trace file"),
+        ({"arrivals": [{"process": "poisson", "trace": "t.jsonl"}]}, r"poisson takes no trace file"),
+        ({"arrivals": [{"process": "trace", "trace": "t.csv", "shape": 1}]}, r"trace takes no shape"),
     ],
 )
 def test_a_mistyped_load_section_is_a_clear_error(section, message):

@@ -252,6 +252,19 @@ def _rate_text(rate: float | None) -> str:
     return "no rate measured" if rate is None else f"{rate:g} req/s"
 
 
+def cmd_load_trace(args: argparse.Namespace) -> int:
+    """A generated trace (harness/trace.TraceShape: bursty gamma arrivals, lognormal lengths)."""
+    from gridbench.harness.trace import format_trace, generate_trace
+    from gridbench.util.files import atomic_write_text
+
+    if args.requests < 2 or args.rate <= 0:
+        raise GridbenchError("load-trace: --requests must be at least 2 and --rate above 0")
+    entries = generate_trace(args.requests, args.rate, args.seed)
+    atomic_write_text(args.out, format_trace(entries, csv_format=args.out.suffix == ".csv"))
+    print(f"wrote {args.out}: {len(entries)} requests over {entries[-1].offset_s:.1f} s")
+    return 0
+
+
 def cmd_load_search(args: argparse.Namespace) -> int:
     """Per config, prompt class and arrival process: the load section's rates, then the
     capacity search's bisecting ones, each an ordinary load cell through the cell runner
@@ -289,6 +302,18 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     add_configfile(p)
     p.set_defaults(func=cmd_load_search)
+
+    p = sub.add_parser(
+        "load-trace",
+        help="write a load trace (arrivals, input and output lengths) shaped like production traces",
+    )
+    p.add_argument(
+        "--out", required=True, type=Path, help="the trace file: CSV when it ends in .csv, else JSON Lines"
+    )
+    p.add_argument("--requests", required=True, type=int, metavar="N", help="requests in the trace")
+    p.add_argument("--rate", required=True, type=float, metavar="R", help="mean arrivals per second")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="the draw's seed (default: 0)")
+    p.set_defaults(func=cmd_load_trace)
 
     p = sub.add_parser("cells", help="list the cells a config schedules, and those it skips")
     add_configfile(p)

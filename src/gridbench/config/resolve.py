@@ -28,7 +28,7 @@ from gridbench.config.grid import (
 )
 from gridbench.engines.kinds import engine_kind
 from gridbench.errors import ConfigError
-from gridbench.harness.arrivals import POISSON, LoadSettings
+from gridbench.harness.arrivals import GAMMA, TRACE, LoadSettings
 from gridbench.harness.prompts import NaturalSettings, QualitySettings, load_prompts
 from gridbench.util import codec
 from gridbench.util.files import JsonObject
@@ -273,15 +273,22 @@ def _check_every_config_fits_a_cell(
 
 
 def _check_load(load: LoadSettings | None, source: str) -> None:
-    """A gamma process states its shape, Poisson has none, and no process is listed twice."""
+    """A gamma process states its shape, a trace its file, the others neither, and no process
+    is listed twice."""
     if load is None:
         return
     for index, arrival in enumerate(load.arrivals):
-        if (arrival.process == POISSON) != (arrival.shape is None):
+        if (arrival.process == GAMMA) != (arrival.shape is not None):
             raise ConfigError(
                 f"{source}: key load.arrivals.{index}: {arrival.process} "
-                + ("takes no shape" if arrival.process == POISSON else "needs a shape"),
-                hint="give gamma a shape (e.g. shape: 0.5 for bursts), and poisson none",
+                + ("needs a shape" if arrival.process == GAMMA else "takes no shape"),
+                hint="give gamma a shape (e.g. shape: 0.5 for bursts), and poisson and trace none",
+            )
+        if (arrival.process == TRACE) != (arrival.trace is not None):
+            raise ConfigError(
+                f"{source}: key load.arrivals.{index}: {arrival.process} "
+                + ("needs a trace file" if arrival.process == TRACE else "takes no trace file"),
+                hint="name a trace file (gridbench load-trace writes one) for trace, and none otherwise",
             )
     names = [a.name for a in load.arrivals]
     if len(set(names)) != len(names):

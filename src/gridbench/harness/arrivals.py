@@ -8,30 +8,38 @@ times, and a cell measured again is sent them again.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 from itertools import accumulate
+from pathlib import PurePath
 
 from gridbench.util import codec
 from gridbench.util.files import JsonObject
 
-POISSON, GAMMA = "poisson", "gamma"
+POISSON, GAMMA, TRACE = "poisson", "gamma", "trace"
 
 
 @dataclass(frozen=True)
 class Arrival:
-    """An arrival process: Poisson, or gamma gaps of shape ``shape`` (the same mean gap)."""
+    """An arrival process: Poisson, gamma gaps of shape ``shape`` (the same mean gap), or the
+    replay of the trace file ``trace`` (harness/trace.py)."""
 
     process: str
     shape: float | None = None
+    # left out of a record when None: the documents of Poisson and gamma cells stay as they were
+    trace: str | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
 
     @property
     def name(self) -> str:
-        """The cell coordinate's value: "poisson", "gamma0.5"."""
+        """The cell coordinate's value: "poisson", "gamma0.5", "trace-azure" (the file's stem)."""
+        if self.process == TRACE:
+            return f"{TRACE}-" + re.sub(r"[^A-Za-z0-9.-]", "-", PurePath(self.trace or "").stem)
         return self.process if self.process == POISSON else f"{self.process}{self.shape:g}"
 
     @classmethod
     def from_name(cls, name: str) -> Arrival:
-        """The process a coordinate value names (its shape as the name writes it)."""
+        """The Poisson or gamma process a coordinate value names (its shape as the name writes
+        it); a trace's name does not hold its file, which the cells' context does."""
         if name == POISSON:
             return cls(POISSON)
         return cls(GAMMA, float(name.removeprefix(GAMMA)))
@@ -100,7 +108,8 @@ class Schedule:
 
 
 def schedule(arrival: Arrival, rate_req_s: float, requests: int, seed: int) -> Schedule:
-    """``requests`` send times at ``rate_req_s`` on average, the first at 0."""
+    """``requests`` send times at ``rate_req_s`` on average, the first at 0 (Poisson or gamma;
+    a trace's are trace.replayed's)."""
     # a string seed is hashed (sha512) by random.Random: the same in every process and run
     draw = random.Random(f"gridbench-load:{seed}:{arrival.name}:{rate_name(rate_req_s)}")
     mean_gap_s = 1 / rate_req_s

@@ -1,7 +1,8 @@
 """Open-loop load (kind "load"): one prompt class at one arrival process and request rate.
-A few serial warm-up requests, then the cell's seeded schedule sent open loop (each request
-at its time, whatever the engine's pace), every request kept with its due time and lag. The
-SLO is not the cell's: the load dataset judges the requests by the study's SLO as it stands."""
+A few serial warm-up requests, then the cell's seeded schedule (or its trace's, replayed at
+the cell's rate with each request's lengths) sent open loop (each request at its time,
+whatever the engine's pace), every request kept with its due time and lag. The SLO is not
+the cell's: the load dataset judges the requests by the study's SLO as it stands."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 import gridbench
+from gridbench.assets.corpus import synthetic_book
 from gridbench.cells import provenance
 from gridbench.cells.kinds.base import (
     Cell,
@@ -31,16 +33,17 @@ from gridbench.config.grid import Grid, ServingConfig
 from gridbench.engines.events import now_iso
 from gridbench.engines.kinds import engine_kind
 from gridbench.errors import BenchmarkError, ConfigError
-from gridbench.harness import arrivals, stats
-from gridbench.harness.arrivals import Arrival, Sending, rate_name
+from gridbench.harness import arrivals, stats, trace
+from gridbench.harness.arrivals import TRACE, Arrival, Schedule, Sending, rate_name
 from gridbench.harness.prompts import resolve_prompts
+from gridbench.harness.trace import LoadTrace, TraceEntry
 from gridbench.layout import CellFiles
 from gridbench.util import codec
 
 if TYPE_CHECKING:
     from gridbench.engines.manager import EngineLease
     from gridbench.harness.load import LoadResult
-    from gridbench.harness.natural import LevelPlan
+    from gridbench.harness.natural import ChatRequest, LevelPlan
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +98,15 @@ class LoadCellPlan(PlannedCell):
 
 @dataclass(frozen=True)
 class LoadContext:
-    """A context file of one config's load cells: how they send, and every class's prompt."""
+    """A context file of one config's load cells: how they send, every class's prompt, and
+    each trace arrival's requests by its name (left out without one: the contexts of studies
+    without traces, and so their cells, stay as they were)."""
 
     config: ServingConfig
     slots: list[str]
     sending: Sending
     prompts: dict[str, str]
+    traces: dict[str, LoadTrace] = field(default_factory=dict, metadata=codec.OMITTED_WHEN_DEFAULT)
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,7 @@ class LoadCell(Cell):
     rate_req_s: float
     sending: Sending
     prompt: str
+    trace: tuple[TraceEntry, ...] = ()  # a trace arrival's requests, as its file holds them
 
     kind: ClassVar[str] = "load"
 
@@ -236,7 +243,8 @@ class LoadKind(CellKind[LoadCellPlan]):
 
     def host_files(self, grid: Grid, config: str) -> list[str]:
         prompt_file = grid.load.prompt_file if grid.load else None
-        return [*grid.configs[config].files, *([prompt_file] if prompt_file else [])]
+        traces = [a.trace for a in grid.load.arrivals if a.trace] if grid.load else []
+        return [*grid.configs[config].files, *([prompt_file] if prompt_file else []), *traces]
 
     def context(self, grid: Grid, config: str, slots: list[str]) -> LoadContext:
         if grid.load is None:
@@ -246,19 +254,22 @@ class LoadKind(CellKind[LoadCellPlan]):
             slots=slots,
             sending=grid.load.sending,
             prompts=resolve_prompts(grid.load),
+            traces={a.name: trace.read_trace(a.trace) for a in grid.load.arrivals if a.trace},
         )
 
     def load(self, context: Path, wildcards: Mapping[str, str]) -> LoadCell:
         shared = codec.from_json(LoadContext, json.loads(Path(context).read_text()))
-        prompt_class = wildcards["prompt_class"]
+        prompt_class, arrival = wildcards["prompt_class"], wildcards["arrival"]
+        replay = shared.traces.get(arrival)
         return LoadCell(
             config=shared.config,
             slots=shared.slots,
             prompt_class=prompt_class,
-            arrival=Arrival.from_name(wildcards["arrival"]),
+            arrival=Arrival(TRACE, trace=replay.path) if replay else Arrival.from_name(arrival),
             rate_req_s=float(wildcards["rate"]),
             sending=shared.sending,
             prompt=shared.prompts[prompt_class],
+            trace=replay.entries if replay else (),
         )
 
     def requests(self, text: str, expected: int) -> RequestProgress:
@@ -280,8 +291,7 @@ def measure_load(spec: LoadCell, engine: EngineLease, scratch: Path) -> Measured
     started_at = now_iso()
     progress = scratch / PROGRESS_FILE
     warmups = natural.warm_up(endpoint, plan, progress)
-    schedule = arrivals.schedule(spec.arrival, spec.rate_req_s, sending.requests, sending.seed)
-    requests = [plan.request(plan.warmup + i) for i in range(plan.requests)]
+    schedule, requests = _scheduled_requests(spec, plan)
     window_started = time.monotonic()
     with natural.progress_file(progress, "measured", plan.requests) as on_finished:
         run = asyncio.run(
@@ -337,6 +347,31 @@ def _level_plan(spec: LoadCell) -> LevelPlan:
         extra_body={**sending.extra_body, **spec.serving_config.bench_extra_body},
         request_timeout_s=sending.request_timeout_s,
     )
+
+
+def _scheduled_requests(spec: LoadCell, plan: LevelPlan) -> tuple[Schedule, list[ChatRequest]]:
+    """The cell's schedule and its measured requests: the seeded draw's, all alike, or its
+    trace's, each prompt cut or padded to its input length and asking for its output length."""
+    sending = spec.sending
+    if not spec.trace:
+        schedule = arrivals.schedule(spec.arrival, spec.rate_req_s, sending.requests, sending.seed)
+        return schedule, [plan.request(plan.warmup + i) for i in range(plan.requests)]
+    replayed = trace.replayed(spec.trace, spec.rate_req_s, sending.requests)
+    schedule = Schedule(spec.arrival, spec.rate_req_s, sending.seed, tuple(e.offset_s for e in replayed))
+    return schedule, trace_requests(plan, replayed, synthetic_book().split())
+
+
+def trace_requests(
+    plan: LevelPlan, replayed: Sequence[TraceEntry], corpus: Sequence[str]
+) -> list[ChatRequest]:
+    """A replayed trace's requests, after the plan's warm-ups: the plan's prompt (with its
+    cache-busting prefix) cut or padded to each input length, each its own output length."""
+    requests = []
+    for position, entry in enumerate(replayed):
+        base = plan.request(plan.warmup + position, max_tokens=entry.output_tokens)
+        text = trace.fit_prompt(base.text, corpus, entry.input_tokens, start=997 * position)
+        requests.append(replace(base, text=text))
+    return requests
 
 
 def _check_any_ok(result: LoadResult, raw: bytes, *, scratch: Path, what: str) -> None:
