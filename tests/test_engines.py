@@ -112,3 +112,42 @@ def test_missing_image_names_the_image(workdir):
     with pytest.raises(ImageNotFoundError, match="image local/not-built:never is not present locally"):
         with SlotManager(["cpu"]).lease(grid.configs["D_f16_n0"]):
             pass
+
+
+def stop_together(runtime, handle, together, errors: list[BaseException]) -> None:
+    together.wait()
+    try:
+        runtime.stop(handle, grace_s=0)
+    except BaseException as err:
+        errors.append(err)
+
+
+@pytest.mark.docker
+def test_two_clients_stopping_one_container_both_return_once_it_is_gone(tmp_path):
+    """A stop racing another (an interrupted run's and a test's teardown, or two sweeps'
+    clean-ups): docker answers the second removal 409 Conflict while the first is under way,
+    and the stop waits for the container to go instead of failing."""
+    import threading
+
+    import docker
+
+    from gridbench.engines.runtime import ContainerHandle, DockerRuntime
+
+    client = docker.from_env()
+    for round_ in range(4):
+        container = client.containers.run(CPU_IMAGE, entrypoint=["sleep", "300"], detach=True)
+        handle = ContainerHandle(
+            container_id=container.id, name=container.name, log_path=tmp_path / f"{round_}.log"
+        )
+        together, errors = threading.Barrier(2), []
+        threads = [
+            threading.Thread(target=stop_together, args=(DockerRuntime(), handle, together, errors))
+            for _ in range(2)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert not errors, errors
+        with pytest.raises(docker.errors.NotFound):
+            client.containers.get(container.id)

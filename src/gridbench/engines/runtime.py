@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -30,6 +31,8 @@ from gridbench.util.files import JsonObject
 LABEL = "gridbench.workdir"  # containers are labelled with their owner: working directory (and cluster job)
 
 RuntimeName = Literal["process", "docker"]
+# how long a container another client is removing may take to go
+REMOVAL_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -250,7 +253,7 @@ class DockerRuntime:
         engine = cfg.engine
         self._image(cfg)
         with contextlib.suppress(self.errors.NotFound):
-            self.client.containers.get(name).remove(force=True)  # a leftover of a killed run
+            self._remove(self.client.containers.get(name))  # a leftover of a killed run
         missing = [v.host for v in cfg.all_volumes if not Path(v.host).exists()]
         if missing:  # docker would silently create an empty folder in their place
             raise EngineStartError(
@@ -319,15 +322,38 @@ class DockerRuntime:
             container.stop(timeout=grace_s)
         with contextlib.suppress(self.errors.APIError), handle.log_path.open("ab") as log:
             log.write(container.logs())
-        with contextlib.suppress(self.errors.NotFound):
+        self._remove(container)
+
+    def _remove(self, container: Any) -> None:
+        """Remove a container, and return once it is gone: also when another client (a run
+        being interrupted, a second stop) is already removing it, which docker answers with
+        409 Conflict rather than waiting."""
+        try:
             container.remove(force=True)
+            return
+        except self.errors.NotFound:
+            return
+        except self.errors.APIError as err:
+            if err.status_code != HTTPStatus.CONFLICT:
+                raise
+        deadline = time.monotonic() + REMOVAL_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                container.reload()
+            except self.errors.NotFound:
+                return
+            time.sleep(0.2)
+        raise EngineError(
+            f"container {container.name} is still being removed after {REMOVAL_WAIT_S:.0f} s",
+            hint=f"check the Docker daemon (docker ps -a; docker rm -f {container.name})",
+        )
 
     def remove_labelled(self) -> list[str]:
         """Remove the containers this owner started (a safety net for lost state)."""
         removed = []
         label = f"{LABEL}={sweep_owner()}"
         for container in self.client.containers.list(all=True, filters={"label": label}):
-            container.remove(force=True)
+            self._remove(container)
             removed.append(container.name)
         return removed
 
