@@ -17,7 +17,13 @@ from gridbench.aggregate.checks import speculation_not_lossless
 from gridbench.aggregate.divergence import position_kl, teacher_forced_divergence
 from gridbench.aggregate.explorer import explorer_data, figures
 from gridbench.aggregate.plots import quality_figures, save
-from gridbench.aggregate.quality import parse_result, rows_from_results, speed_quality, to_frame
+from gridbench.aggregate.quality import (
+    NEAR_TIE_NATS,
+    parse_result,
+    rows_from_results,
+    speed_quality,
+    to_frame,
+)
 from gridbench.aggregate.records import (
     ConfigIdentity,
     MeasuredCell,
@@ -35,7 +41,7 @@ from gridbench.config.grid import Grid
 from gridbench.config.loading import load_grid
 from gridbench.engines.manager import SlotManager
 from gridbench.errors import ConfigError
-from gridbench.harness.greedy import SCHEMA, GreedyOutput, QualityResult
+from gridbench.harness.greedy import SCHEMA, GreedyOutput, QualityResult, greedy_output, send
 from gridbench.harness.teacher_forced import (
     Engine,
     ForcedPosition,
@@ -109,8 +115,10 @@ def test_a_changed_reference_reruns_no_cell(tmp_path, monkeypatch):
 # --- the numbers, against counts made by hand --------------------------------------------
 
 
-def greedy(prompt_class: str, text: str, ids: tuple[int, ...] | None) -> GreedyOutput:
-    return GreedyOutput(prompt_class, f"the {prompt_class} prompt", text, ids, "length", len(text))
+def greedy(
+    prompt_class: str, text: str, ids: tuple[int, ...] | None, margins: tuple[float, ...] | None = None
+) -> GreedyOutput:
+    return GreedyOutput(prompt_class, f"the {prompt_class} prompt", text, ids, "length", len(text), margins)
 
 
 def measured(
@@ -183,6 +191,46 @@ def test_agreement_and_losslessness_are_the_hand_counted_numbers():
     assert check.triggered and len(check.findings) == 1
     assert check.findings[0].startswith("D_q8_0_draft4: 1 of 3 greedy outputs differ from D_q8_0_n0's")
     assert "dialogue@0" in check.findings[0] and "token" in check.findings[0]
+
+
+def test_a_mismatch_at_a_near_tie_of_the_baseline_is_rounding_and_one_at_a_confident_token_is_not():
+    """Where a speculative output parts from its baseline's, the baseline's margin over its
+    runner-up there tells rounding in batched verification (a near-tie) from an error."""
+    grid = mechanism({"prompt_classes": ["code", "prose"]})
+    plain = (
+        greedy("code", "a b c d", (1, 2, 3, 4), (2.0, 0.02, 3.1, 1.5)),
+        greedy("prose", "e f", (5, 6), (4.0, 2.5)),
+    )
+    results = {
+        "D_f16_n0": measured("D_f16_n0", *plain),
+        "D_q8_0_n0": measured("D_q8_0_n0", *plain),
+        # parts from its baseline at code's token 1, where the baseline led by 0.02 nats
+        "D_f16_draft4": measured("D_f16_draft4", greedy("code", "a X c d", (1, 7, 3, 4)), plain[1]),
+        # parts at prose's token 1, where the baseline led by 2.5 nats
+        "D_q8_0_draft4": measured("D_q8_0_draft4", plain[0], greedy("prose", "e Y", (5, 9))),
+    }
+    frame = quality_frame(grid, results)
+    tie, error = frame.loc["D_f16_draft4"], frame.loc["D_q8_0_draft4"]
+    assert (tie["lossless_mismatches"], tie["lossless_mismatches_beyond_ties"]) == (1, 0)
+    assert tie["lossless_divergence_margin_max_nats"] == pytest.approx(0.02)
+    assert tie["lossless_mismatched_classes"] == "code@1 (0.02 nats)"
+    assert (error["lossless_mismatches"], error["lossless_mismatches_beyond_ties"]) == (1, 1)
+    assert error["lossless_divergence_margin_max_nats"] == pytest.approx(2.5)
+
+    check = speculation_not_lossless(frame.reset_index())
+    assert len(check.findings) == 1 and check.findings[0].startswith("D_q8_0_draft4: 1 of 2")
+    assert "prose@1 (2.5 nats)" in check.findings[0]
+    assert "D_f16_draft4" in check.passed and "near-tie" in check.passed
+    section = quality_section(frame.reset_index(), pd.DataFrame())
+    assert "yes, up to rounding: 1 of 2 part from `D_f16_n0`'s" in section
+    assert "**no**: 1 of 2 differ from `D_q8_0_n0`'s (prose@1 (2.5 nats))" in section
+    # without the baseline's margins (a result from before they were asked for), every
+    # mismatch counts
+    unknown = {
+        **results,
+        "D_f16_n0": measured("D_f16_n0", replace(plain[0], runner_up_margins=None), plain[1]),
+    }
+    assert quality_frame(grid, unknown).loc["D_f16_draft4", "lossless_mismatches_beyond_ties"] == 1
 
 
 def test_without_token_ids_the_outputs_are_compared_by_characters():
@@ -466,18 +514,39 @@ def test_the_workflow_measures_each_config_once_and_writes_the_quality_dataset(w
 
 
 def test_token_ids_are_read_from_llamacpp_ids_and_vllm_token_id_texts():
-    from gridbench.harness.greedy import GreedyRequestError, greedy_output
+    from gridbench.harness.greedy import GreedyRequestError
 
     def answer(tokens: list[dict]) -> str:
         choice = {"message": {"content": "ab"}, "finish_reason": "length", "logprobs": {"content": tokens}}
         return json.dumps({"choices": [choice], "usage": {"completion_tokens": 2}})
 
-    llamacpp = answer([{"id": 7, "token": "a"}, {"id": 9, "token": "b"}])
-    vllm = answer([{"token": "token_id:7"}, {"token": "token_id:9"}])
+    def top(ids: list[int], logprobs: list[float], named: bool) -> list[dict]:
+        return [
+            {"id": i, "token": f"t{i}", "logprob": lp} if named else {"token": f"token_id:{i}", "logprob": lp}
+            for i, lp in zip(ids, logprobs, strict=True)
+        ]
+
+    # llama.cpp names ids; vLLM (asked to) "token_id:N" texts, runner-ups included
+    llamacpp = answer(
+        [
+            {"id": 7, "token": "t7", "logprob": -0.1, "top_logprobs": top([7, 3], [-0.1, -2.6], True)},
+            {"id": 9, "token": "t9", "logprob": -0.5, "top_logprobs": top([9, 4], [-0.5, -0.52], True)},
+        ]
+    )
+    vllm = answer(
+        [
+            {"token": "token_id:7", "logprob": -0.1, "top_logprobs": top([7, 3], [-0.1, -2.6], False)},
+            {"token": "token_id:9", "logprob": -0.5, "top_logprobs": top([4, 9], [-0.45, -0.5], False)},
+        ]
+    )
     plain = answer([{"token": "a"}, {"token": "b"}])  # a server that names no ids
     assert greedy_output("code", "p", 200, llamacpp).token_ids == (7, 9)
+    assert greedy_output("code", "p", 200, llamacpp).runner_up_margins == pytest.approx((2.5, 0.02))
     assert greedy_output("code", "p", 200, vllm).token_ids == (7, 9)
+    # a token that is not the most likely one (sampled) has a negative margin
+    assert greedy_output("code", "p", 200, vllm).runner_up_margins == pytest.approx((2.5, -0.05))
     assert greedy_output("code", "p", 200, plain).token_ids is None
+    assert greedy_output("code", "p", 200, plain).runner_up_margins is None
     with pytest.raises(GreedyRequestError, match="HTTP 400"):
         greedy_output("code", "p", 400, '{"error": "bad"}')
 
@@ -598,6 +667,46 @@ def unforced(base: str, prefix: tuple[int, ...], top_k: int) -> dict:
     return post(base + "/completion", {**body, "cache_prompt": True, "post_sampling_probs": False})[
         "completion_probabilities"
     ][0]
+
+
+@pytest.mark.integration
+def test_batched_and_one_token_log_probabilities_part_by_much_less_than_a_near_tie(smollm2_files):
+    """What NEAR_TIE_NATS rests on, on llama.cpp and real weights: a token's log-probability
+    computed one token at a time (as plain decoding does) and at the end of a batch (as
+    speculative verification does) differ by rounding only, far less than the tie margin;
+    the greedy harness's margins are those of the same server's runner-ups."""
+    question = "Explain how a hash map works, with an example in Python."
+    chat = f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+    with llama_cpp(smollm2_files / "smollm2-135m-instruct.q4_1.gguf") as base:
+        prompt = post(base + "/tokenize", {"content": chat, "parse_special": True})["tokens"]
+        body = {"n_probs": 2, "temperature": 0, "cache_prompt": False}
+        stepped = post(base + "/completion", {**body, "prompt": prompt, "n_predict": 32})[
+            "completion_probabilities"
+        ]
+        generated = [step["id"] for step in stepped]
+        gaps = []
+        for position in range(0, 32, 4):
+            batched = post(
+                base + "/completion", {**body, "prompt": prompt + generated[:position], "n_predict": 1}
+            )
+            gaps.append(abs(batched["completion_probabilities"][0]["logprob"] - stepped[position]["logprob"]))
+        status, text = send(
+            base,
+            {},
+            json.dumps(
+                {
+                    "messages": [{"role": "user", "content": "Name three prime numbers."}],
+                    "max_tokens": 16,
+                    "temperature": 0,
+                    "logprobs": True,
+                    "top_logprobs": 2,
+                }
+            ).encode(),
+        )
+    print(f"largest batched vs one-token gap: {max(gaps):.4f} nats (tie margin {NEAR_TIE_NATS})")
+    assert max(gaps) < NEAR_TIE_NATS / 3
+    margins = greedy_output("code", "p", status, text).runner_up_margins
+    assert margins is not None and len(margins) == 16 and min(margins) >= 0 and max(margins) > 1
 
 
 @pytest.mark.integration

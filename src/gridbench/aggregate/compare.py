@@ -228,7 +228,9 @@ class QualityAgreement:
     reference: str
     match_pct: float  # positions matching, in ``unit``
     unit: str
-    lossless_mismatches: int | None  # None: not speculative, or no baseline result
+    # beyond near-ties of the baseline (quality.NEAR_TIE_NATS); None: not speculative, or
+    # no baseline result
+    lossless_mismatches: int | None
     kl_mean: float | None  # teacher-forced KL from the reference, nats per token; None: no pass
 
     @classmethod
@@ -237,7 +239,9 @@ class QualityAgreement:
         match = row["token_match_pct"] if unit == TOKENS else row["char_match_pct"]
         if row["status"] != "ok" or missing(match):
             return None
-        mismatches, kl = row["lossless_mismatches"], row.get("kl_divergence_mean")
+        # a dataset written before near-ties were told apart counts every mismatch
+        mismatches = row.get("lossless_mismatches_beyond_ties", row["lossless_mismatches"])
+        kl = row.get("kl_divergence_mean")
         return cls(
             str(row["reference"]),
             number(match),

@@ -6,7 +6,9 @@ schema ``gridbench.quality.v2``, or ``v1`` without a teacher-forced pass) compar
   comparison's reference precision; a speculative config takes its baseline's);
 - for a speculative config, with its baseline (``study.baseline``, else the same engine and
   checkpoint without speculation): greedy speculation must change no output, so every
-  differing prompt is a losslessness mismatch;
+  differing prompt is a losslessness mismatch, unless the baseline's token where they part
+  stood within ``NEAR_TIE_NATS`` of the runner-up: batched verification computes the same
+  logits as one-token decoding only up to rounding, which may flip such a near-tie;
 
 and its teacher-forced pass over the held-out text with the reference's on the same tokens
 (``divergence.py``): KL divergence, top-1 agreement, perplexity.
@@ -55,6 +57,11 @@ from gridbench.harness.greedy import SCHEMAS, GreedyOutput, QualityResult
 
 TOKENS = "tokens"
 CHARACTERS = "characters"
+# a greedy choice this close (nats) to the runner-up may flip on rounding alone: on
+# llama.cpp's CPU build a batch computes a token's log-probability up to ~0.015 nats away
+# from one-token decoding (tests/test_quality.py measures it), and margins are mostly
+# whole nats
+NEAR_TIE_NATS = 0.1
 
 
 # --- one prompt's two outputs, and a config's against another's ---------------------------
@@ -89,6 +96,9 @@ class Comparison:
 
     unit: str  # TOKENS where every output of both has token ids, else CHARACTERS
     by_class: dict[str, Divergence]  # in the config's prompt order
+    # per differing class, the other side's margin over its runner-up where they part
+    # (nats; tokens only, and only where that side named its runner-ups)
+    margins: dict[str, float | None]
 
     @property
     def mismatched(self) -> dict[str, int]:
@@ -123,10 +133,23 @@ def compare(outputs: Sequence[GreedyOutput], reference: Sequence[GreedyOutput]) 
     pairs = [(o, theirs[o.prompt_class]) for o in outputs if o.prompt_class in theirs]
     pairs = [(o, r) for o, r in pairs if o.prompt == r.prompt]
     by_tokens = all(o.token_ids is not None and r.token_ids is not None for o, r in pairs)
+    by_class = {o.prompt_class: divergence(*_units(o, r, by_tokens)) for o, r in pairs}
     return Comparison(
         unit=TOKENS if by_tokens else CHARACTERS,
-        by_class={o.prompt_class: divergence(*_units(o, r, by_tokens)) for o, r in pairs},
+        by_class=by_class,
+        margins={
+            o.prompt_class: _margin_at(r, by_class[o.prompt_class].first_difference) if by_tokens else None
+            for o, r in pairs
+            if not by_class[o.prompt_class].identical
+        },
     )
+
+
+def _margin_at(output: GreedyOutput, position: int | None) -> float | None:
+    margins = output.runner_up_margins
+    if margins is None or position is None or position >= len(margins):
+        return None
+    return margins[position]
 
 
 def _units(
@@ -208,6 +231,10 @@ class Losslessness:
     lossless_first_difference_tokens: int | None = None  # the earliest of the mismatches, from 0
     lossless_first_difference_chars: int | None = None
     lossless_mismatched_classes: str | None = None  # "code@12, prose@3": class@position
+    # the mismatches not explained by a near-tie of the baseline (unknown margins count)
+    lossless_mismatches_beyond_ties: int | None = None
+    # the largest of the baseline's margins over its runner-up where a mismatch parts
+    lossless_divergence_margin_max_nats: float | None = None
     lossless_note: str | None = None
 
 
@@ -256,6 +283,7 @@ INTEGERS = [
     "lossless_mismatches",
     "lossless_first_difference_tokens",
     "lossless_first_difference_chars",
+    "lossless_mismatches_beyond_ties",
     "gpu_count",
     "exit_code",
     *dataset.ENERGY_INTEGERS,
@@ -272,6 +300,7 @@ FLOATS = [
     "top1_agreement_pct",
     "perplexity",
     "reference_perplexity",
+    "lossless_divergence_margin_max_nats",
     *[c for c in dataset.FLOAT_COLUMNS if c in dataset.PROVENANCE],
     *dataset.ENERGY_FLOATS,
 ]
@@ -312,15 +341,25 @@ def losslessness(
     mismatched = found.mismatched
     first = min(mismatched.values(), default=None)
     by_tokens = found.unit == TOKENS
+    margins = [m for m in found.margins.values() if m is not None]
+    at_ties = sum(m is not None and m < NEAR_TIE_NATS for m in found.margins.values())
     return Losslessness(
         baseline=baseline,
         lossless_prompts=len(found.by_class),
         lossless_mismatches=len(mismatched),
         lossless_first_difference_tokens=first if by_tokens else None,
         lossless_first_difference_chars=None if by_tokens else first,
-        lossless_mismatched_classes=", ".join(f"{c}@{p}" for c, p in mismatched.items()) or None,
+        lossless_mismatched_classes=", ".join(_where(c, p, found.margins[c]) for c, p in mismatched.items())
+        or None,
+        lossless_mismatches_beyond_ties=len(mismatched) - at_ties,
+        lossless_divergence_margin_max_nats=max(margins, default=None),
         lossless_note=None if found.by_class else f"no prompt was sent to both {name} and {baseline}",
     )
+
+
+def _where(prompt_class: str, position: int, margin: float | None) -> str:
+    """class@position, with the baseline's margin there where known ("code@12 (0.004 nats)")."""
+    return f"{prompt_class}@{position}" + ("" if margin is None else f" ({margin:.3g} nats)")
 
 
 def teacher_forced_columns(

@@ -26,9 +26,10 @@ if TYPE_CHECKING:
     from gridbench.config.grid import ServingConfig
 
 LOAD_GENERATOR = "gridbench-greedy"
-# v2 adds the teacher-forced pass; a v1 result (greedy outputs only) is still read
-SCHEMA = "gridbench.quality.v2"
-SCHEMAS = ("gridbench.quality.v1", SCHEMA)
+# v2 adds the teacher-forced pass, v3 each token's margin over the runner-up; v1 (greedy
+# outputs only) and v2 results are still read
+SCHEMA = "gridbench.quality.v3"
+SCHEMAS = ("gridbench.quality.v1", "gridbench.quality.v2", SCHEMA)
 # one greedy answer of a few dozen tokens; a server still busy after this is broken
 REQUEST_TIMEOUT_S = 600.0
 # vLLM's logprobs name a token so when asked to (return_tokens_as_token_ids)
@@ -45,19 +46,52 @@ class GreedySettings:
 
 
 @dataclass(frozen=True)
+class TopLogprob:
+    """One of the most likely tokens at a position, named as ``LogprobToken`` names it."""
+
+    token: str
+    logprob: float
+    id: int | None = None
+
+    @property
+    def token_id(self) -> int | None:
+        return _token_id(self.id, self.token)
+
+
+@dataclass(frozen=True)
 class LogprobToken:
     """One generated token of a response's logprobs: llama.cpp names its id, vLLM its
     "token_id:N" text when asked."""
 
     token: str
     id: int | None = None
+    logprob: float | None = None
+    top_logprobs: tuple[TopLogprob, ...] = ()
 
     @property
     def token_id(self) -> int | None:
-        if self.id is not None:
-            return self.id
-        named = _TOKEN_ID_TEXT.fullmatch(self.token)
-        return int(named.group(1)) if named else None
+        return _token_id(self.id, self.token)
+
+    @property
+    def runner_up_margin(self) -> float | None:
+        """How far (nats) the generated token's log-probability stands above the best other
+        token's: near 0, a greedy choice that numerics alone may flip. None where the
+        response named fewer than two tokens."""
+        others = [t.logprob for t in self.top_logprobs if not self._is(t)]
+        if self.logprob is None or not others:
+            return None
+        return self.logprob - max(others)
+
+    def _is(self, other: TopLogprob) -> bool:
+        mine, theirs = self.token_id, other.token_id
+        return mine == theirs if mine is not None and theirs is not None else self.token == other.token
+
+
+def _token_id(given: int | None, token: str) -> int | None:
+    if given is not None:
+        return given
+    named = _TOKEN_ID_TEXT.fullmatch(token)
+    return int(named.group(1)) if named else None
 
 
 @dataclass(frozen=True)
@@ -100,6 +134,9 @@ class GreedyOutput:
     token_ids: tuple[int, ...] | None  # None where the engine named no token ids
     finish_reason: str | None
     output_tokens: int | None  # the usage block's count, where the engine gave one
+    # per token, its log-probability's margin over the runner-up's (LogprobToken's);
+    # None where the engine named no runner-up for some token (or a v1/v2 result)
+    runner_up_margins: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -129,9 +166,9 @@ def request_body(prompt: str, settings: GreedySettings, cfg: ServingConfig) -> b
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": settings.max_tokens,
         "temperature": 0,
-        # llama.cpp answers logprobs only with at least one top logprob
+        # the runner-up tells a near-tie (which numerics may flip) from a confident token
         "logprobs": True,
-        "top_logprobs": 1,
+        "top_logprobs": 2,
         **engine_kind(cfg.engine.kind).token_id_fields,
         "stream": False,
     }
@@ -151,6 +188,7 @@ def greedy_output(prompt_class: str, prompt: str, status: int, text: str) -> Gre
     choice = completion.choices[0]
     tokens = choice.logprobs.content if choice.logprobs else None
     ids = [t.token_id for t in tokens] if tokens is not None else [None]
+    margins = [t.runner_up_margin for t in tokens] if tokens is not None else [None]
     return GreedyOutput(
         prompt_class=prompt_class,
         prompt=prompt,
@@ -158,6 +196,7 @@ def greedy_output(prompt_class: str, prompt: str, status: int, text: str) -> Gre
         token_ids=None if None in ids else tuple(i for i in ids if i is not None),
         finish_reason=choice.finish_reason,
         output_tokens=completion.usage.completion_tokens if completion.usage else None,
+        runner_up_margins=None if None in margins else tuple(m for m in margins if m is not None),
     )
 
 

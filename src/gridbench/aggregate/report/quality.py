@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from gridbench.aggregate.quality import TOKENS, SpeedQuality, speed_quality
+from gridbench.aggregate.quality import NEAR_TIE_NATS, TOKENS, SpeedQuality, speed_quality
 from gridbench.aggregate.records import Row, integer, missing
 from gridbench.aggregate.report.markdown import code, table
 from gridbench.aggregate.text import DASH, and_list, num, ratio_text
@@ -98,6 +98,12 @@ def _lossless_text(row: Row) -> str:
     if mismatches == 0:
         return f"yes: {prompts} of {prompts} equal `{row['baseline']}`'s"
     where = row["lossless_mismatched_classes"]
+    beyond_ties = row.get("lossless_mismatches_beyond_ties")
+    if not missing(beyond_ties) and integer(beyond_ties) == 0:
+        return (
+            f"yes, up to rounding: {mismatches} of {prompts} part from `{row['baseline']}`'s at a "
+            f"near-tie of its (under {NEAR_TIE_NATS} nats: {where})"
+        )
     return f"**no**: {mismatches} of {prompts} differ from `{row['baseline']}`'s ({where})"
 
 
