@@ -20,8 +20,9 @@ import yaml
 import synthetic
 from conftest import REPO
 from gridbench.aggregate import dataset, natural
-from gridbench.aggregate.records import CellFailure, MeasuredCell, ProvenanceRecord, RecordedProvenance
+from gridbench.aggregate.records import CellFailure, MeasuredCell, ProvenanceRecord
 from gridbench.cells.plan import depth_plan, natural_plan
+from gridbench.cells.records import CellProvenance, FailureRecord
 from gridbench.config.grid import ServingConfig
 from gridbench.config.loading import load_grid, load_grid_files
 from gridbench.harness.benchy import BenchyResult
@@ -221,11 +222,14 @@ def read_back(results, failures, parse=BenchyResult.from_json):
     measured = {
         key: MeasuredCell(
             parse(codec.to_json(raw)),
-            ProvenanceRecord.from_recorded(codec.from_json(RecordedProvenance, codec.to_json(prov))),
+            ProvenanceRecord.from_record(codec.from_json(CellProvenance, codec.to_json(prov))),
         )
         for key, (raw, prov) in results.items()
     }
-    return measured, {key: codec.from_json(CellFailure, record) for key, record in failures.items()}
+    return measured, {
+        key: CellFailure.from_record(codec.from_json(FailureRecord, record))
+        for key, record in failures.items()
+    }
 
 
 def depth_frame(plan, results, failures):
@@ -233,7 +237,7 @@ def depth_frame(plan, results, failures):
 
 
 def natural_frame(nplan, nresults, nfailures):
-    measured = read_back(nresults, nfailures, natural.NaturalResult.from_json)
+    measured = read_back(nresults, nfailures, natural.result_from_json)
     return natural.to_frame(natural.rows_from_results(nplan, *measured))
 
 

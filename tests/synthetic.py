@@ -191,7 +191,7 @@ def provenance_record(
         cell=cell,
         config=cfg.name,
         fingerprint=cfg.fingerprint(),
-        effective_config=redact_config(cfg),
+        effective_config=codec.to_json(redact_config(cfg)),
         engine=engine,
         host=host or host_info(),
         started_at=started_at,

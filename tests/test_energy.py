@@ -24,6 +24,7 @@ from gridbench.cells.telemetry import GpuSample, absent, summarize
 from gridbench.config.grid import Hardware
 from gridbench.config.loading import load_grid
 from gridbench.harness.greedy import GreedyOutput
+from gridbench.harness.stats import RequestRecord
 from test_telemetry import no_nvml
 
 # every column that holds a measured value (not the note, not the count of tokens)
@@ -94,13 +95,16 @@ def test_without_telemetry_every_value_is_empty_and_the_note_says_why(telemetry,
 
 
 def test_the_tokens_counted_are_the_ok_requests_and_every_greedy_output():
+    def request(status: str, finish_reason: str | None, tokens: int | None) -> RequestRecord:
+        return RequestRecord(0, status, None, 0.0, 1.0, output_tokens=tokens, finish_reason=finish_reason)
+
     requests = [
-        natural.RecordedRequest("ok", "length", 16),
-        natural.RecordedRequest("errored", None, 5),  # failed: its tokens measured nothing
-        natural.RecordedRequest("ok", "stop", 9),
+        request("ok", "length", 16),
+        request("errored", None, 5),  # failed: its tokens measured nothing
+        request("ok", "stop", 9),
     ]
     assert natural.ok_output_tokens(requests) == 25
-    assert natural.ok_output_tokens([natural.RecordedRequest("errored", None, None)]) is None
+    assert natural.ok_output_tokens([request("errored", None, None)]) is None
     counted = GreedyOutput("code", "p", "t", (1, 2, 3), "stop", 4)  # the usage block's count first
     by_ids = GreedyOutput("prose", "p", "t", (1, 2, 3), "stop", None)
     uncounted = GreedyOutput("math", "p", "t", None, "stop", None)

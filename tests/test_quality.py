@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import synthetic
 from conftest import REPO, free_port, gridbench, load_yaml, sweep_logs, write_config
 from gridbench.aggregate.checks import speculation_not_lossless
 from gridbench.aggregate.divergence import position_kl, teacher_forced_divergence
@@ -28,7 +29,6 @@ from gridbench.aggregate.records import (
     ConfigIdentity,
     MeasuredCell,
     ProvenanceRecord,
-    RecordedProvenance,
     column_names,
 )
 from gridbench.aggregate.report.quality import quality_section
@@ -125,7 +125,9 @@ def measured(
     config: str, *outputs: GreedyOutput, forced: TeacherForced | None = None
 ) -> MeasuredCell[QualityResult]:
     result = QualityResult(SCHEMA, config, 8, outputs, forced)
-    return MeasuredCell(result, ProvenanceRecord.from_recorded(RecordedProvenance()))
+    cfg = mechanism(port=18400).configs[config]
+    record = synthetic.provenance_record(cfg, f"cell {config} quality", load_generator="gridbench-greedy")
+    return MeasuredCell(result, ProvenanceRecord.from_record(record))
 
 
 def quality_frame(grid: Grid, results: dict[str, MeasuredCell[QualityResult]]) -> pd.DataFrame:

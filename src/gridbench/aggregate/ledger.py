@@ -20,9 +20,10 @@ from datetime import datetime
 from pathlib import Path
 
 from gridbench import layout
-from gridbench.aggregate.records import RecordedBench, load_json, typed_document
+from gridbench.aggregate.records import load_json, typed_document
 from gridbench.cells.kinds.base import PlannedCell
 from gridbench.cells.plan import sweep_plan
+from gridbench.cells.records import CellProvenance, FailureRecord, current_failure, current_provenance
 from gridbench.config.grid import Grid
 from gridbench.engines.events import TimedEvent, read_events
 
@@ -253,33 +254,28 @@ def build_ledger(event_files: Sequence[Sequence[TimedEvent]], cells: Sequence[Ce
 # --- the edge: the cells' spans from their files ------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _SpanRecord:
-    """A provenance or failure record, as far as the ledger reads it."""
-
-    started_at: str | None = None
-    finished_at: str | None = None  # a provenance record's
-    failed_at: str | None = None  # a failure record's
-    bench: RecordedBench | None = None
-
-
-def _span_record(path: Path) -> _SpanRecord | None:
+def _measured_span(label: str, config: str, path: Path) -> CellSpan | None:
+    """A measured cell's span, from its provenance record's clock and its load's wall time."""
     document = load_json(path)
     if document is None:
         return None
-    return typed_document(_SpanRecord, document, f"{path} is not a cell's record")
-
-
-def _span(label: str, config: str, record: _SpanRecord | None) -> CellSpan | None:
-    if record is None or record.started_at is None:
+    record = typed_document(
+        CellProvenance, current_provenance(document), f"{path} is not a provenance record"
+    )
+    if record.bench is None:
         return None
-    start = datetime.fromisoformat(record.started_at)
-    wall = record.bench.wall_s if record.bench else None
-    if record.finished_at is not None and wall is not None:
-        return CellSpan(label, config, start, datetime.fromisoformat(record.finished_at), wall)
-    if record.failed_at is not None:
-        return CellSpan(label, config, start, datetime.fromisoformat(record.failed_at), None)
-    return None
+    start, end = datetime.fromisoformat(record.started_at), datetime.fromisoformat(record.finished_at)
+    return CellSpan(label, config, start, end, record.bench.wall_s)
+
+
+def _failed_span(label: str, config: str, path: Path) -> CellSpan | None:
+    """A failed cell's span, from its failure record: no measured wall time."""
+    document = load_json(path)
+    if document is None:
+        return None
+    record = typed_document(FailureRecord, current_failure(document), f"{path} is not a failure record")
+    start, end = datetime.fromisoformat(record.started_at), datetime.fromisoformat(record.failed_at)
+    return CellSpan(label, config, start, end, None)
 
 
 def read_cell_spans(cells: Iterable[PlannedCell]) -> list[CellSpan]:
@@ -287,8 +283,8 @@ def read_cell_spans(cells: Iterable[PlannedCell]) -> list[CellSpan]:
     from its failure record; a cell with neither (not run) has none."""
     spans = []
     for cell in cells:
-        span = _span(cell.label, cell.config, _span_record(Path(cell.files.provenance)))
-        span = span or _span(cell.label, cell.config, _span_record(Path(cell.files.failure)))
+        span = _measured_span(cell.label, cell.config, Path(cell.files.provenance))
+        span = span or _failed_span(cell.label, cell.config, Path(cell.files.failure))
         if span is not None:
             spans.append(span)
     return spans

@@ -1,14 +1,15 @@
 """The natural-prompt dataset: one row per (config, prompt class, concurrency) cell.
 
-Rows come from the harness's raw JSON (schema ``gridbench.natural.v1``, its ``summary``)
-and the provenance record beside it; a cell without them is a failed row with the
-reason from its failure record. ``rows_from_results`` is pure.
+Rows come from the harness's raw JSON (schema ``gridbench.natural.v1``: the harness's own
+``LevelResult``, its summary flattened into columns) and the provenance record beside it; a cell
+without them is a failed row with the reason from its failure record. ``rows_from_results`` is
+pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -23,7 +24,6 @@ from gridbench.aggregate.records import (
     Failure,
     MeasuredCell,
     Provenance,
-    RecordedAcceptance,
     read_cells,
     row_columns,
     typed_document,
@@ -31,9 +31,9 @@ from gridbench.aggregate.records import (
 from gridbench.cells.kinds.natural import NaturalCellPlan
 from gridbench.cells.plan import NaturalPlan
 from gridbench.errors import ResultFileError
-from gridbench.util import codec
+from gridbench.harness.natural import SCHEMA, LevelResult
+from gridbench.harness.stats import Distribution, LevelSummary, RequestRecord
 
-SCHEMA = "gridbench.natural.v1"
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "req_tok_s")
 STATISTICS = ("mean", "p50", "p95", "p99")
 
@@ -78,6 +78,26 @@ class Summary:
     req_tok_s_p95: float | None = None
     req_tok_s_p99: float | None = None
 
+    @classmethod
+    def of(cls, summary: LevelSummary) -> Summary:
+        """The harness's summary, each distribution's statistics as ``{metric}_{stat}``."""
+        statistics: dict[str, float | None] = {}
+        for metric in LATENCIES:
+            distribution: Distribution = getattr(summary, metric)
+            statistics |= {f"{metric}_{stat}": getattr(distribution, stat) for stat in STATISTICS}
+        p50 = summary.output_tokens_p50
+        return cls(
+            requests=summary.requests,
+            ok=summary.ok,
+            errored=summary.errored,
+            incomplete=summary.incomplete,
+            error_rate=summary.error_rate,
+            wall_s=summary.wall_s,
+            output_tok_s=summary.output_tok_s,
+            output_tokens_p50=None if p50 is None else int(p50),
+            **statistics,
+        )
+
 
 @dataclass(frozen=True)
 class Warnings:
@@ -87,31 +107,9 @@ class Warnings:
 
 
 @dataclass(frozen=True)
-class HarnessSummary:
-    """The raw file's ``summary``: the measured columns under their own keys, and why a
-    percentile means little (a list)."""
-
-    measured: Summary = field(default_factory=Summary, metadata=codec.INLINE)
-    percentile_warnings: tuple[str, ...] | None = None
-
-    @property
-    def warnings(self) -> Warnings:
-        return Warnings("; ".join(self.percentile_warnings) if self.percentile_warnings else None)
-
-
-@dataclass(frozen=True)
 class Settings:
     max_tokens: int | None = None
     temperature: float | None = None
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """A request record of the raw file, as far as its ending and its tokens go."""
-
-    status: str | None = None
-    finish_reason: str | None = None
-    output_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -124,7 +122,7 @@ class Endings:
     ended_on_eos_share: float | None = None  # of the ok requests
 
     @classmethod
-    def of(cls, requests: Sequence[RecordedRequest]) -> Endings:
+    def of(cls, requests: Sequence[RequestRecord]) -> Endings:
         ok = [r for r in requests if r.status == "ok"]
         if not ok:
             return cls()
@@ -178,33 +176,14 @@ FLOATS = [
 ]
 
 
-@dataclass(frozen=True)
-class NaturalResult:
-    """The harness's raw file (schema ``gridbench.natural.v1``) as far as the dataset reads
-    it: which cell it holds, its settings and summary, and its own acceptance window (None
-    without speculation)."""
-
-    config: str | None = None
-    prompt_class: str | None = None
-    concurrency: int | None = None
-    settings: Settings | None = None
-    requests: tuple[RecordedRequest, ...] = ()
-    summary: HarnessSummary = field(default_factory=HarnessSummary)
-    spec_decode: RecordedAcceptance | None = None
-
-    @classmethod
-    def from_json(cls, document: object) -> NaturalResult:
-        """The result in a parsed JSON document; ResultFileError when it is not one."""
-        if (
-            not isinstance(document, Mapping)
-            or document.get("schema") != SCHEMA
-            or not isinstance(document.get("summary"), Mapping)
-        ):
-            raise ResultFileError(f"not a natural-prompt result (schema {SCHEMA} with a summary)")
-        return typed_document(cls, document, f"not a natural-prompt result (schema {SCHEMA})")
+def result_from_json(document: object) -> LevelResult:
+    """The harness's result in a parsed JSON document; ResultFileError when it is not one."""
+    if not isinstance(document, Mapping) or document.get("schema") != SCHEMA:
+        raise ResultFileError(f"not a natural-prompt result (schema {SCHEMA})")
+    return typed_document(LevelResult, document, f"not a natural-prompt result (schema {SCHEMA})")
 
 
-def ok_output_tokens(requests: Sequence[RecordedRequest]) -> int | None:
+def ok_output_tokens(requests: Sequence[RequestRecord]) -> int | None:
     """The output tokens of the ok requests, as the harness's throughput counts them; None
     where none has a count."""
     counts = [r.output_tokens for r in requests if r.status == "ok" and r.output_tokens is not None]
@@ -214,20 +193,21 @@ def ok_output_tokens(requests: Sequence[RecordedRequest]) -> int | None:
 def measured_row(
     identity: ConfigIdentity,
     cell: NaturalCellPlan,
-    result: MeasuredCell[NaturalResult],
+    result: MeasuredCell[LevelResult],
     gpu_hour_usd: float | None,
 ) -> NaturalRow:
     output = result.output
+    warnings = output.summary.percentile_warnings
     return NaturalRow(
         identity,
         Coordinates(cell.prompt_class, cell.concurrency),
         dataset.Status("ok"),
-        output.summary.measured,
-        output.summary.warnings,
-        output.settings or Settings(),
+        Summary.of(output.summary),
+        Warnings("; ".join(warnings) if warnings else None),
+        Settings(output.settings.max_tokens, output.settings.temperature),
         Endings.of(output.requests),
         # the raw file carries the harness's own acceptance window; provenance the engine's
-        acceptance=(AcceptanceColumns.from_recorded(output.spec_decode) or result.provenance.acceptance)
+        acceptance=(AcceptanceColumns.from_record(output.spec_decode) or result.provenance.acceptance)
         or AcceptanceColumns(),
         provenance=result.provenance.provenance,
         energy=EnergyColumns.of(result.provenance.telemetry, ok_output_tokens(output.requests), gpu_hour_usd),
@@ -235,9 +215,9 @@ def measured_row(
     )
 
 
-def parse_result(document: object, cell: NaturalCellPlan) -> NaturalResult:
+def parse_result(document: object, cell: NaturalCellPlan) -> LevelResult:
     """A natural cell's result; ResultFileError for one that is not this cell's."""
-    result = NaturalResult.from_json(document)
+    result = result_from_json(document)
     found = (result.config, result.prompt_class, result.concurrency)
     if found != cell.key:
         raise ResultFileError(f"holds cell {found}, expected {cell.key}")
@@ -246,7 +226,7 @@ def parse_result(document: object, cell: NaturalCellPlan) -> NaturalResult:
 
 def rows_from_results(
     plan: NaturalPlan,
-    results: Mapping[tuple[str, str, int], MeasuredCell[NaturalResult]],
+    results: Mapping[tuple[str, str, int], MeasuredCell[LevelResult]],
     failures: Mapping[tuple[str, str, int], CellFailure],
 ) -> list[NaturalRow]:
     rows = []
@@ -275,7 +255,7 @@ def to_frame(rows: Sequence[NaturalRow]) -> pd.DataFrame:
     return dataset.typed_frame(rows, COLUMNS, integers=INTEGERS, floats=FLOATS)
 
 
-def read_natural_cells(plan: NaturalPlan) -> CellReadings[tuple[str, str, int], NaturalResult]:
+def read_natural_cells(plan: NaturalPlan) -> CellReadings[tuple[str, str, int], LevelResult]:
     return read_cells(plan.cells, lambda cell: cell.key, parse_result)
 
 

@@ -14,7 +14,6 @@ import gc
 import json
 import logging
 import math
-import shlex
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -24,8 +23,10 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, get_args, get
 import cattrs
 import pandas as pd
 
+from gridbench.cells.records import CellProvenance, FailureRecord, current_failure, current_provenance
 from gridbench.cells.telemetry import Telemetry
 from gridbench.config.grid import ServingConfig
+from gridbench.engines.spec_metrics import Acceptance
 from gridbench.errors import ResultFileError
 from gridbench.layout import CellFiles
 from gridbench.util import codec
@@ -171,23 +172,10 @@ class ConfigIdentity:
 
 
 @dataclass(frozen=True)
-class RecordedAcceptance:
-    """A ``spec_decode`` record (spec_metrics.Acceptance's document, in a provenance or a
-    natural result file) as far as the datasets read it; a key it lacks is None."""
-
-    delta_drafts: float | None = None
-    delta_draft_tokens: float | None = None
-    delta_accepted_tokens: float | None = None
-    acceptance_rate: float | None = None
-    mean_acceptance_length: float | None = None
-    acceptance_per_position: tuple[float, ...] | None = None
-
-
-@dataclass(frozen=True)
 class AcceptanceColumns:
-    """Speculative decoding's acceptance over a cell's window as the datasets' columns. Kept
-    apart from spec_metrics.Acceptance, the record a cell writes: the columns rename its
-    counters, hold the per-position rates as JSON text, and read files that lack keys."""
+    """Speculative decoding's acceptance over a cell's window (spec_metrics.Acceptance, the
+    record a cell writes) as the datasets' columns: they rename its counters and hold the
+    per-position rates as JSON text."""
 
     acceptance_rate: float | None = None
     mean_acceptance_length: float | None = None
@@ -197,9 +185,9 @@ class AcceptanceColumns:
     spec_accepted_tokens: float | None = None
 
     @classmethod
-    def from_recorded(cls, spec: RecordedAcceptance | None) -> AcceptanceColumns | None:
-        """The columns of a ``spec_decode`` record; None without one (null, or no key read)."""
-        if spec is None or spec == RecordedAcceptance():
+    def from_record(cls, spec: Acceptance | None) -> AcceptanceColumns | None:
+        """The columns of a ``spec_decode`` record; None without one."""
+        if spec is None:
             return None
         per_pos = spec.acceptance_per_position
         return cls(
@@ -238,57 +226,6 @@ class Provenance:
 
 
 @dataclass(frozen=True)
-class RecordedEngine:
-    """A provenance file's ``engine`` as far as the datasets read it."""
-
-    image: str | None = None
-    image_id: str | None = None
-    image_digest: str | None = None
-    version: str | None = None
-    serve_argv: tuple[str, ...] | None = None
-    serve_command: str | None = None  # None in records older than it: serve_argv joined
-    startup_s: float | None = None
-    reused: bool | None = None
-
-
-@dataclass(frozen=True)
-class RecordedHost:
-    hostname: str | None = None
-    gpu: str | None = None
-    gpu_count: int | None = None
-    driver: str | None = None
-
-
-@dataclass(frozen=True)
-class RecordedVersions:
-    gridbench: str | None = None
-    load_generator: str | None = None
-    load_generator_version: str | None = None
-
-
-@dataclass(frozen=True)
-class RecordedBench:
-    wall_s: float | None = None
-
-
-@dataclass(frozen=True)
-class RecordedProvenance:
-    """A cell's provenance file (cells.records.CellProvenance's document) as far as the
-    datasets read it; a part or key it lacks is None."""
-
-    fingerprint: str | None = None
-    engine: RecordedEngine | None = None
-    host: RecordedHost | None = None
-    started_at: str | None = None
-    finished_at: str | None = None
-    versions: RecordedVersions | None = None
-    bench: RecordedBench | None = None
-    prefix_cache_reset: bool | None = None
-    spec_decode: RecordedAcceptance | None = None
-    telemetry: Telemetry | None = None  # None in records older than the sampler
-
-
-@dataclass(frozen=True)
 class ProvenanceRecord:
     """A cell's provenance file: its columns, the engine's acceptance counters (None when
     the record has none) and its GPU telemetry (None in a record older than the sampler)."""
@@ -298,33 +235,30 @@ class ProvenanceRecord:
     telemetry: Telemetry | None = None
 
     @classmethod
-    def from_recorded(cls, recorded: RecordedProvenance) -> ProvenanceRecord:
-        engine = recorded.engine or RecordedEngine()
-        host = recorded.host or RecordedHost()
-        versions = recorded.versions or RecordedVersions()
-        argv = engine.serve_argv
+    def from_record(cls, record: CellProvenance) -> ProvenanceRecord:
+        engine, host, versions = record.engine, record.host, record.versions
         provenance = Provenance(
-            image=engine.image,
-            image_id=engine.image_id,
-            image_digest=engine.image_digest,
+            image=engine.image.image,
+            image_id=engine.image.image_id,
+            image_digest=engine.image.image_digest,
             engine_version=engine.version,
             engine_startup_s=engine.startup_s,
             engine_reused=engine.reused,
-            serve_command=engine.serve_command or (shlex.join(argv) if argv else None),
-            gpu=host.gpu,
-            gpu_count=host.gpu_count,
-            driver=host.driver,
+            serve_command=engine.serve_command,
+            gpu=host.gpus.gpu,
+            gpu_count=host.gpus.gpu_count,
+            driver=host.gpus.driver,
             hostname=host.hostname,
             gridbench_version=versions.gridbench,
             load_generator=versions.load_generator,
             load_generator_version=versions.load_generator_version,
-            fingerprint=recorded.fingerprint,
-            prefix_cache_reset=recorded.prefix_cache_reset,
-            started_at=recorded.started_at,
-            finished_at=recorded.finished_at,
-            bench_wall_s=recorded.bench.wall_s if recorded.bench else None,
+            fingerprint=record.fingerprint,
+            prefix_cache_reset=record.prefix_cache_reset,
+            started_at=record.started_at,
+            finished_at=record.finished_at,
+            bench_wall_s=record.bench.wall_s if record.bench else None,
         )
-        return cls(provenance, AcceptanceColumns.from_recorded(recorded.spec_decode), recorded.telemetry)
+        return cls(provenance, AcceptanceColumns.from_record(record.spec_decode), record.telemetry)
 
 
 NO_TELEMETRY = (
@@ -435,6 +369,10 @@ class CellFailure:
     details: Failure = field(default_factory=Failure, metadata=codec.INLINE)
     cell: str | None = None  # as the failure record names it; None: the reader's reason
 
+    @classmethod
+    def from_record(cls, record: FailureRecord) -> CellFailure:
+        return cls(record.reason, Failure(record.error_type, record.exit_code, record.failed_at), record.cell)
+
     @property
     def recorded(self) -> bool:
         """Whether the cell wrote a failure record (not a reason the reader found)."""
@@ -508,6 +446,20 @@ CellKey = TypeVar("CellKey", bound=Hashable)
 CellReadings = tuple[dict[CellKey, MeasuredCell[Output]], dict[CellKey, CellFailure]]
 
 
+def _failure(files: CellFiles) -> CellFailure | None:
+    """The cell's failure record, or why it cannot be read; None where it wrote none."""
+    try:
+        document = load_json(Path(files.failure))
+        if not document:
+            return None
+        record = typed_document(
+            FailureRecord, current_failure(document), f"{files.failure} is not a failure record"
+        )
+        return CellFailure.from_record(record)
+    except ResultFileError as err:
+        return unreadable(files.failure, err)
+
+
 def read_cells(
     cells: Sequence[Cell], key: Callable[[Cell], CellKey], parse: Callable[[Any, Cell], Output]
 ) -> CellReadings[CellKey, Output]:
@@ -526,16 +478,18 @@ def read_cells(
                 if raw is not None and prov is not None:
                     output = parse(raw, cell)
                     recorded = typed_document(
-                        RecordedProvenance, prov, f"{files.provenance} is not a provenance record"
+                        CellProvenance,
+                        current_provenance(prov),
+                        f"{files.provenance} is not a provenance record",
                     )
-                    results[name] = MeasuredCell(output, ProvenanceRecord.from_recorded(recorded))
+                    results[name] = MeasuredCell(output, ProvenanceRecord.from_record(recorded))
                     continue
             except ResultFileError as err:
                 failures[name] = unreadable(files.raw, err)
                 continue
-            failure = load_json(Path(files.failure))
-            if failure:
-                failures[name] = codec.from_json(CellFailure, failure)
+            failure = _failure(files)
+            if failure is not None:
+                failures[name] = failure
             elif raw is not None:
                 failures[name] = CellFailure(
                     f"{files.provenance} is missing; rerun the workflow to redo the cell"

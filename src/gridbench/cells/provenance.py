@@ -16,7 +16,8 @@ import gridbench
 from gridbench.config.grid import ServingConfig
 from gridbench.util import codec
 
-SCHEMA = "gridbench.provenance.v1"  # a format name, not the module path
+# a format name, not the module path; cells.records.current_provenance upgrades older ones
+SCHEMA = "gridbench.provenance.v2"
 # a variable name with one of these words in it holds a secret (HF_TOKEN, VLLM_API_KEY, ...)
 SECRET_NAME = re.compile(r"(^|_)(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(_|$)", re.IGNORECASE)
 REDACTED = "<redacted>"

@@ -1,5 +1,7 @@
 """What a cell writes: its provenance record beside a result, or its failure record instead;
-each record's fields are its file's keys (written by gridbench.util.codec), what the datasets read back.
+each record's fields are its file's keys (written by gridbench.util.codec), and the datasets
+read the same records back. ``current_provenance`` is the one place that upgrades a provenance
+file of an older format.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from gridbench.cells.telemetry import Telemetry
 from gridbench.config.grid import ServingConfig
 from gridbench.engines.runtime import ImageInfo
 from gridbench.engines.spec_metrics import Acceptance
+from gridbench.errors import ResultFileError
 from gridbench.harness.stats import WarmupOutcome
 from gridbench.util import codec
+from gridbench.util.files import JsonObject
 
 if TYPE_CHECKING:  # annotations only: reading and writing records needs no engine
     from gridbench.engines.manager import EngineLease
@@ -107,7 +111,8 @@ class EngineRecord:
     base_url: str
     slot: str
     slots: tuple[str, ...]
-    gpus: tuple[provenance.SlotGpu, ...]  # each slot's GPU; none without NVIDIA GPUs
+    # each slot's GPU; none without NVIDIA GPUs; None in a v1 record that did not list them
+    gpus: tuple[provenance.SlotGpu, ...] | None
     started_at: str
     startup_s: float | None
     reused: bool
@@ -140,7 +145,9 @@ class CellProvenance:
     cell: str  # how messages name the cell
     config: str  # the config's name
     fingerprint: str  # ServingConfig.fingerprint: the engine it names
-    effective_config: ServingConfig  # as the cell's engine served it, secrets redacted
+    # the ServingConfig its engine served, secrets redacted, kept as the document it was
+    # written as: an archive of what ran, which a later gridbench's config records need not fit
+    effective_config: JsonObject
     engine: EngineRecord
     host: provenance.HostInfo
     started_at: str
@@ -156,6 +163,33 @@ class CellProvenance:
     weights: tuple[ModelFile, ...] = field(default=(), metadata=codec.OMITTED_WHEN_DEFAULT)
     # the GPUs over the measurement (cells.telemetry); absent in records older than it
     telemetry: Telemetry | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
+
+
+# v1 (no version of its own while keys were added): an engine may lack ``slots`` and ``gpus``,
+# a natural invocation ``harness_processes``
+PROVENANCE_V1 = "gridbench.provenance.v1"
+
+
+def current_provenance(document: object) -> object:
+    """A provenance file's parsed document in the current format (``provenance.SCHEMA``): a
+    v1 document upgraded, a current one as it is, anything else refused with ResultFileError
+    (a document that is no JSON object is left for the reader to refuse)."""
+    if not isinstance(document, dict):
+        return document
+    schema = document.get("schema")
+    if schema == provenance.SCHEMA:
+        return document
+    if schema != PROVENANCE_V1:
+        raise ResultFileError(f"not a provenance record this gridbench reads (schema {schema!r})")
+    upgraded = {**document, "schema": provenance.SCHEMA}
+    engine = document.get("engine")
+    if isinstance(engine, dict):
+        # before engines spanned slots, an engine held one; its GPUs were not listed
+        upgraded["engine"] = {"slots": [engine.get("slot")], "gpus": None, **engine}
+    bench = document.get("bench")
+    if isinstance(bench, dict) and "warmup" in bench and "schedule_seed" not in bench:
+        upgraded["bench"] = {"harness_processes": 1, **bench}  # the natural harness ran in one then
+    return upgraded
 
 
 @dataclass(frozen=True)
@@ -176,3 +210,11 @@ class FailureRecord:
     cell_log: str
     # only for an error gridbench did not raise itself
     traceback: str | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
+
+
+def current_failure(document: object) -> object:
+    """A failure file's parsed document in the current format: one written before the
+    prefix-cache pass lacks ``prefix_cache`` (none of its cells was such a pass's)."""
+    if isinstance(document, dict) and "prefix_cache" not in document:
+        return {**document, "prefix_cache": False}
+    return document

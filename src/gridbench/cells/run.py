@@ -120,7 +120,7 @@ def _provenance(
         cell=spec.what,
         config=cfg.name,
         fingerprint=cfg.fingerprint(),
-        effective_config=provenance.redact_config(cfg),
+        effective_config=codec.to_json(provenance.redact_config(cfg)),
         engine=EngineRecord.from_lease(engine, cfg),
         host=provenance.host_info(),
         started_at=started_at,
