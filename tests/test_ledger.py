@@ -20,7 +20,7 @@ from gridbench.aggregate.ledger import (
 )
 from gridbench.aggregate.report import render_report
 from gridbench.cli.common import grid_from_json
-from gridbench.engines.events import TimedEvent, parse_event, read_events
+from gridbench.engines.events import EngineEvent, parse_event, read_events
 from gridbench.errors import ResultFileError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,8 +113,10 @@ def test_the_report_says_what_share_measured(monkeypatch):
 
 def _event(
     at: datetime, event: str, config: str, slots: tuple[str, ...] = ("0",), ready_s=None
-) -> TimedEvent:
-    return TimedEvent(at, event, config, slots[0], slots, ready_s)
+) -> EngineEvent:
+    return EngineEvent(
+        ts=at.isoformat(), event=event, config=config, slot=slots[0], slots=slots, ready_s=ready_s
+    )
 
 
 def test_two_gpus_count_twice_and_an_engine_without_a_stop_ends_at_its_last_cell():

@@ -21,7 +21,6 @@ from gridbench.cells.kinds import PlannedCell
 from gridbench.cells.kinds.benchy import BENCHY
 from gridbench.cells.kinds.natural import NATURAL
 from gridbench.cells.progress import (
-    EngineEvent,
     Follower,
     WorkdirReader,
     engine_states,
@@ -30,9 +29,11 @@ from gridbench.cells.progress import (
 )
 from gridbench.config.grid import Grid
 from gridbench.config.loading import load_grid
+from gridbench.engines.events import EngineEvent
 from gridbench.errors import ConfigError
 from gridbench.harness.natural import progress_file
 from gridbench.harness.stats import RequestTrace
+from gridbench.util import codec
 
 FIXTURES = Path(__file__).with_name("fixtures")
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
@@ -84,16 +85,14 @@ def start(root: Path, cell: PlannedCell, at: datetime) -> Path:
 
 
 def engine_log(root: Path, *events: tuple[str, str, dict]) -> None:
+    """Engine events as engines.events.log_event writes them, on slot 0."""
     path = root / layout.ENGINE_EVENTS
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
         for event, config, fields in events:
-            f.write(
-                json.dumps(
-                    {"ts": iso(NOW - timedelta(minutes=5)), "event": event, "config": config, **fields}
-                )
-            )
-            f.write("\n")
+            ts = iso(NOW - timedelta(minutes=5))
+            record = EngineEvent(ts=ts, event=event, config=config, slot="0", **fields)
+            f.write(json.dumps(codec.to_json(record)) + "\n")
 
 
 def by_label(cells: list[PlannedCell]) -> dict[str, PlannedCell]:
@@ -259,7 +258,7 @@ def test_on_a_terminal_the_same_snapshot_is_a_panel(tmp_path):
 
 
 def event(kind: str, **fields) -> EngineEvent:
-    return EngineEvent("C", kind, **fields)
+    return EngineEvent(event=kind, config="C", slot="0", **fields)
 
 
 @pytest.mark.parametrize(

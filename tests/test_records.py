@@ -11,6 +11,7 @@ import pytest
 
 import synthetic
 from conftest import REPO, load_yaml
+from gridbench import layout
 from gridbench.aggregate import natural
 from gridbench.aggregate.records import CellFailure, ProvenanceRecord, read_cells
 from gridbench.cells import provenance
@@ -22,6 +23,7 @@ from gridbench.cells.records import (
     current_provenance,
 )
 from gridbench.config.loading import load_grid
+from gridbench.engines import events
 from gridbench.errors import ResultFileError
 from gridbench.util import codec
 
@@ -104,3 +106,32 @@ def test_every_committed_natural_result_reads_as_the_harness_wrote_it():
         result = natural.result_from_json(json.loads(path.read_text()))
         assert len(result.requests) == result.summary.requests, path
         assert natural.Summary.of(result.summary).ttft_ms_p50 == result.summary.ttft_ms.p50
+
+
+def test_an_engine_event_is_written_and_read_back_as_one_record(tmp_path, monkeypatch):
+    """log_event writes the keys its event has, in the record's order; the ledger and the
+    progress view read the line back as the same record, older lines (no slots) too."""
+    monkeypatch.chdir(tmp_path)
+    start = events.EngineEvent(
+        event="start", config="A", slot="0", slots=("0", "1"), fingerprint="f", port=1, owner="o"
+    )
+    events.log_event(start)
+    events.log_event(events.EngineEvent(event="stop", config="A", slot="0", fingerprint="f"))
+    lines = Path(layout.ENGINE_EVENTS).read_text().splitlines()
+    assert list(json.loads(lines[0])) == [
+        "ts",
+        "event",
+        "config",
+        "slot",
+        "slots",
+        "fingerprint",
+        "port",
+        "owner",
+    ]
+    assert list(json.loads(lines[1])) == ["ts", "event", "config", "slot", "fingerprint"]
+    assert events.read_events(Path(layout.ENGINE_EVENTS))[0] == start
+    committed = [p for p in REPO.glob("studies/*/logs/**/events.jsonl")]
+    assert len(committed) >= 4
+    read = [event for path in committed for event in events.read_events(path)]
+    older = [e for e in read if e.event == "reuse" and e.slots is None]
+    assert older and all(e.held_slots == (e.slot,) for e in older)

@@ -8,7 +8,7 @@ command's start-up) and, for the last engine of a sweep, the time after its last
 sweep stopped it (the datasets, graphs and report are built while it is still up). An engine on
 several slots counts once per slot: these are GPU-seconds.
 
-Pure: the events (engines.events.TimedEvent) and the cells' spans (CellSpan) in, a GpuLedger
+Pure: the events (engines.events.EngineEvent) and the cells' spans (CellSpan) in, a GpuLedger
 out; ``read_cell_spans`` is the edge that reads the spans from a sweep's files.
 """
 
@@ -25,7 +25,7 @@ from gridbench.cells.kinds.base import PlannedCell
 from gridbench.cells.plan import sweep_plan
 from gridbench.cells.records import CellProvenance, FailureRecord, current_failure, current_provenance
 from gridbench.config.grid import Grid
-from gridbench.engines.events import TimedEvent, read_events
+from gridbench.engines.events import EngineEvent, read_events
 
 # a stop followed this soon by a start on the same slot is a swap of engines inside a sweep
 # (the manager stops one and starts the next in the same call, milliseconds apart); any other
@@ -115,7 +115,7 @@ def _close(life: EngineLife, at: datetime) -> EngineLife:
     return EngineLife(life.config, life.slots, life.started_at, life.ready_at, at)
 
 
-def _lives_in_order(events: Sequence[TimedEvent]) -> list[EngineLife]:
+def _lives_in_order(events: Sequence[EngineEvent]) -> list[EngineLife]:
     """Each engine's start, ready and stop paired on its slot, in the order of their starts."""
     open_lives: dict[str, EngineLife] = {}
     lives: list[EngineLife] = []
@@ -124,7 +124,7 @@ def _lives_in_order(events: Sequence[TimedEvent]) -> list[EngineLife]:
         if event.event == "start":
             if current is not None:  # no stop recorded: the slot's next start ended it
                 lives.append(_close(current, event.at))
-            open_lives[event.slot] = EngineLife(event.config, event.slots, event.at)
+            open_lives[event.slot] = EngineLife(event.config, event.held_slots, event.at)
         elif event.event == "ready" and current is not None and current.config == event.config:
             open_lives[event.slot] = EngineLife(current.config, current.slots, current.started_at, event.at)
         elif event.event in ("stop", "reclaim") and current is not None:
@@ -134,11 +134,11 @@ def _lives_in_order(events: Sequence[TimedEvent]) -> list[EngineLife]:
     return sorted(lives, key=lambda life: life.started_at)
 
 
-def engine_lives(events: Sequence[TimedEvent]) -> list[EngineLife]:
+def engine_lives(events: Sequence[EngineEvent]) -> list[EngineLife]:
     """The engines of one events file (one working directory), each marked whether its stop
     ended its sweep (no start followed on any of its slots within SWAP_GAP_S)."""
     lives = _lives_in_order(events)
-    starts = [(e.at, set(e.slots)) for e in events if e.event == "start"]
+    starts = [(e.at, set(e.held_slots)) for e in events if e.event == "start"]
     marked = []
     for life in lives:
         stop = life.stopped_at
@@ -230,7 +230,7 @@ def _unheld_s(lives: Sequence[EngineLife]) -> float:
     return max(0.0, span * len(slots) - held)
 
 
-def build_ledger(event_files: Sequence[Sequence[TimedEvent]], cells: Sequence[CellSpan]) -> GpuLedger:
+def build_ledger(event_files: Sequence[Sequence[EngineEvent]], cells: Sequence[CellSpan]) -> GpuLedger:
     """The ledger of a study whose engines' events are ``event_files`` (one per working
     directory or loan of a machine) and whose cells are ``cells``."""
     lives = [life for events in event_files for life in engine_lives(events)]

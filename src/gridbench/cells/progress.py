@@ -26,6 +26,7 @@ from gridbench.cells.kinds import PlannedCell, cell_kind
 from gridbench.cells.kinds.base import RequestProgress, json_lines
 from gridbench.cells.plan import sweep_plan
 from gridbench.config.grid import Grid
+from gridbench.engines.events import EngineEvent
 from gridbench.util.files import read_json
 
 if TYPE_CHECKING:
@@ -51,16 +52,6 @@ class CellObservation:
     failed_at: datetime | None = None  # its failure record's
     running_since: datetime | None = None  # when the cell that has a scratch folder started
     requests: RequestProgress | None = None
-
-
-@dataclass(frozen=True)
-class EngineEvent:
-    """One line of logs/engines/events.jsonl (engines.events.log_event), the keys progress reads;
-    the lines are in the order of the events, so their times are not needed."""
-
-    config: str
-    event: str  # start, ready, reuse, stop, reclaim
-    ready_s: float | None = None  # a ready event's
 
 
 @dataclass(frozen=True)

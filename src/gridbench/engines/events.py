@@ -4,62 +4,69 @@ reuse, stop and reclaim, one JSON object a line, for the progress view and for d
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import cattrs
+
 from gridbench import layout
 from gridbench.errors import ResultFileError
-
-# an event's fields are free-form JSON values: slots, ports, seconds, owners
-EventValue = str | int | float | bool | list[str] | None
+from gridbench.util import codec
 
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-def log_event(event: str, config: str, **fields: EventValue) -> None:
-    path = Path(layout.ENGINE_EVENTS)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"ts": now_iso(), "event": event, "config": config, **fields}
-    with path.open("a") as f:
-        f.write(json.dumps(record) + "\n")
+OMITTED = codec.OMITTED_WHEN_DEFAULT
 
 
-@dataclass(frozen=True)
-class TimedEvent:
-    """One line of the events file with its time, as the GPU time ledger reads it
-    (gridbench.aggregate.ledger): which engine did what on which slots, and when."""
+@dataclass(frozen=True, kw_only=True)
+class EngineEvent:
+    """One line of the events file: what ``log_event`` writes, and what the GPU time ledger
+    (gridbench.aggregate.ledger) and the progress view read back. A line leaves out the keys
+    its event does not have."""
 
-    at: datetime
+    ts: str = field(default_factory=now_iso)
     event: str  # start, ready, reuse, stop, reclaim
     config: str
-    slot: str
-    slots: tuple[str, ...]  # a start's and a reuse's; the one slot otherwise
-    ready_s: float | None = None  # a ready event's
+    slot: str  # where the event happened: the first of the engine's slots
+    # a start's, a reuse's and a reclaim's: all the engine's slots (absent in older lines)
+    slots: tuple[str, ...] | None = field(default=None, metadata=OMITTED)
+    fingerprint: str | None = field(default=None, metadata=OMITTED)
+    port: int | None = field(default=None, metadata=OMITTED)  # a start's
+    owner: str | None = field(default=None, metadata=OMITTED)  # the sweep that owns the engine
+    owner_pid: int | None = field(default=None, metadata=OMITTED)  # a reclaim's
+    by: str | None = field(default=None, metadata=OMITTED)  # a reclaim's: who reclaimed it
+    ready_s: float | None = field(default=None, metadata=OMITTED)  # a ready event's
+
+    @property
+    def at(self) -> datetime:
+        return datetime.fromisoformat(self.ts)
+
+    @property
+    def held_slots(self) -> tuple[str, ...]:
+        """The engine's slots, where the line names them; its one slot otherwise."""
+        return self.slots or (self.slot,)
 
 
-def parse_event(line: str) -> TimedEvent:
+def log_event(record: EngineEvent) -> None:
+    path = Path(layout.ENGINE_EVENTS)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(codec.to_json(record)) + "\n")
+
+
+def parse_event(line: str) -> EngineEvent:
     """One line of the file; ResultFileError where it is no event gridbench wrote."""
     try:
-        record = json.loads(line)
-        slot = str(record.get("slot", ""))
-        slots = record.get("slots") or [slot]
-        ready_s = record.get("ready_s")
-        return TimedEvent(
-            at=datetime.fromisoformat(record["ts"]),
-            event=str(record["event"]),
-            config=str(record["config"]),
-            slot=slot,
-            slots=tuple(str(s) for s in slots),
-            ready_s=float(ready_s) if ready_s is not None else None,
-        )
-    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        return codec.from_json(EngineEvent, json.loads(line))
+    except (ValueError, TypeError, AttributeError, cattrs.BaseValidationError) as err:
         raise ResultFileError(f"not an engine event: {line.strip()[:200]!r} ({err})") from err
 
 
-def read_events(path: Path) -> list[TimedEvent]:
+def read_events(path: Path) -> list[EngineEvent]:
     """The events of one file in their order; none where the file does not exist (no engine
     started in that working directory)."""
     try:

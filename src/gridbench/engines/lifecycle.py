@@ -25,7 +25,7 @@ from gridbench.config.grid import ServingConfig
 from gridbench.engines import probe, watchdog
 from gridbench.engines.allocation import ProcessIdentity, process_identity
 from gridbench.engines.commands import LaunchPlan, launch_plan
-from gridbench.engines.events import log_event, now_iso
+from gridbench.engines.events import EngineEvent, log_event, now_iso
 from gridbench.engines.kinds import engine_kind
 from gridbench.engines.runtime import Runtime, RuntimeHandle, runtime_for, runtime_of
 from gridbench.engines.slots import SlotState, SlotStore
@@ -143,7 +143,9 @@ def start_engine(
     _record(state, store)
     state = _wait_until_ready(cfg, state, store, runtime)
     _record(state, store)
-    log_event("ready", cfg.name, slot=slot, fingerprint=fingerprint, ready_s=state.ready_s)
+    log_event(
+        EngineEvent(event="ready", config=cfg.name, slot=slot, fingerprint=fingerprint, ready_s=state.ready_s)
+    )
     return state
 
 
@@ -160,13 +162,15 @@ def _launch(
     """Log the start, mark it in the engine's log and start its process or container."""
     log_path = ENGINE_LOG_DIR / f"{cfg.name}.log"
     log_event(
-        "start",
-        cfg.name,
-        slot=slots[0],
-        slots=list(slots),
-        fingerprint=fingerprint,
-        port=plan.port,
-        owner=owner.name,
+        EngineEvent(
+            event="start",
+            config=cfg.name,
+            slot=slots[0],
+            slots=tuple(slots),
+            fingerprint=fingerprint,
+            port=plan.port,
+            owner=owner.name,
+        )
     )
     with log_path.open("a") as engine_log:
         engine_log.write(
@@ -225,7 +229,7 @@ def stop_engine(state: SlotState, store: SlotStore, *, slot: str) -> None:
     """Stop the engine of ``state`` and free its slots; ``slot``, where it was found, is the
     one its ``stop`` event names."""
     runtime_of(state.handle).stop(state.handle)
-    log_event("stop", state.config, slot=slot, fingerprint=state.fingerprint)
+    log_event(EngineEvent(event="stop", config=state.config, slot=slot, fingerprint=state.fingerprint))
     for member in state.slots:  # an engine on several GPUs frees them all
         current = store.read_state(member)
         if current and current.handle == state.handle:

@@ -27,7 +27,7 @@ from gridbench.cells.provenance import query_gpus
 from gridbench.config.grid import ServingConfig
 from gridbench.engines.allocation import allocated_gpus, process_gone, sweep_owner, sweep_process
 from gridbench.engines.commands import LaunchPlan
-from gridbench.engines.events import log_event
+from gridbench.engines.events import EngineEvent, log_event
 from gridbench.engines.lifecycle import (
     EngineOwner,
     api_headers,
@@ -215,7 +215,11 @@ class SlotManager:
         """The engine of ``cfg`` on the held ``slots``: the warm one, or one started there."""
         state = self.store.read_state(slots[0])
         if reuse and state and runtime_of(state.handle).is_running(state.handle):
-            log_event("reuse", cfg.name, slot=slots[0], slots=list(slots), fingerprint=fingerprint)
+            log_event(
+                EngineEvent(
+                    event="reuse", config=cfg.name, slot=slots[0], slots=slots, fingerprint=fingerprint
+                )
+            )
             if process_gone(state.watchdog):  # killed by hand: the engine needs one
                 watch(state, self.store)
             return EngineLease.of(state, reused=True, headers=api_headers(cfg))

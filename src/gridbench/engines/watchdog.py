@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gridbench.engines.allocation import process_gone
-from gridbench.engines.events import log_event
+from gridbench.engines.events import EngineEvent, log_event
 from gridbench.engines.runtime import Runtime, runtime_of
 from gridbench.engines.slots import OwnedEngine, SlotStore
 from gridbench.util import codec
@@ -73,14 +73,16 @@ def stop_orphan(engine: OwnedEngine, store: SlotStore, *, by: str, held: Collect
     # nobody waits for its answers any more: a short grace, as a busy engine may ignore SIGTERM
     runtime_of(engine.handle).stop(engine.handle, grace_s=ORPHAN_GRACE_S)
     log_event(
-        "reclaim",
-        engine.config,
-        slot=engine.slots[0],
-        slots=list(engine.slots),
-        fingerprint=engine.fingerprint,
-        owner=engine.owner,
-        owner_pid=owner_pid,
-        by=by,
+        EngineEvent(
+            event="reclaim",
+            config=engine.config,
+            slot=engine.slots[0],
+            slots=tuple(engine.slots),
+            fingerprint=engine.fingerprint,
+            owner=engine.owner,
+            owner_pid=owner_pid,
+            by=by,
+        )
     )
     store.forget(engine, held=held)
 
