@@ -43,6 +43,7 @@ from gridbench.harness import stats
 from gridbench.harness.prompts import AUTO_PROCESSES, NaturalSettings
 from gridbench.harness.sse import SSEEvent, SSEParser, parse_chunk, plain_delta_has_text
 from gridbench.harness.stats import ERRORED, INCOMPLETE, OK, LevelSummary, RequestRecord, RequestTrace
+from gridbench.util import codec
 from gridbench.util.files import JsonObject
 
 log = logging.getLogger(__name__)
@@ -289,6 +290,19 @@ def client_session() -> aiohttp.ClientSession:
     )
 
 
+@dataclass(frozen=True)
+class ProgressLine:
+    """One line of a natural cell's progress file (``progress_file``), written when a request
+    of the phase ended, and read back by ``gridbench progress``."""
+
+    phase: str  # "measured", or "warm-up"
+    done: int  # the phase's requests ended so far
+    total: int  # the phase's requests
+    status: str  # the request's: "ok", or how it failed
+    output_tokens: int  # of the phase's ok requests so far
+    elapsed_s: float  # since the phase began
+
+
 @contextmanager
 def progress_file(path: Path | None, phase: str, total: int) -> Iterator[Callable[[RequestTrace], None]]:
     """A callback that appends one JSON line per finished request to ``path`` (none when
@@ -306,15 +320,9 @@ def progress_file(path: Path | None, phase: str, total: int) -> Iterator[Callabl
             done += 1
             if trace.status == OK:  # as the summary's output_tok_s counts them
                 output_tokens += trace.output_tokens or 0
-            line = {
-                "phase": phase,
-                "done": done,
-                "total": total,
-                "status": trace.status,
-                "output_tokens": output_tokens,  # of this phase's ok requests so far
-                "elapsed_s": round(time.monotonic() - started, 3),
-            }
-            f.write(json.dumps(line) + "\n")
+            elapsed_s = round(time.monotonic() - started, 3)
+            line = ProgressLine(phase, done, total, trace.status, output_tokens, elapsed_s)
+            f.write(json.dumps(codec.to_json(line)) + "\n")
 
         yield finished
 

@@ -123,19 +123,6 @@ class NaturalContext:
     natural: NaturalPrompts
 
 
-@dataclass(frozen=True)
-class NaturalProgressLine:
-    """One line of a natural cell's progress file (harness.natural.progress_file): written
-    when a request of the phase ended."""
-
-    phase: str  # "measured", or "warm-up"
-    done: int  # the phase's requests ended so far
-    total: int  # the phase's requests
-    status: str  # the request's: "ok", or how it failed
-    output_tokens: int  # of the phase's ok requests so far
-    elapsed_s: float  # since the phase began
-
-
 class NaturalKind(CellKind[NaturalCellPlan]):
     """The natural-prompt matrix: config, then prompt class, then concurrency; an unknown
     prompt class stops the plan."""
@@ -210,7 +197,9 @@ class NaturalKind(CellKind[NaturalCellPlan]):
 
     def requests(self, text: str, expected: int) -> RequestProgress:
         """The latest phase's lines (warm-up, then measured)."""
-        lines = json_lines(NaturalProgressLine, text)
+        from gridbench.harness.natural import ProgressLine  # the harness's aiohttp only when read
+
+        lines = json_lines(ProgressLine, text)
         if not lines:
             return RequestProgress("natural", "measured", 0, expected, 0, None, "output, all requests")
         last = lines[-1]
