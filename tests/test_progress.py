@@ -9,17 +9,19 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+import synthetic
 from conftest import REPO, load_yaml, write_config
 from gridbench import layout
 from gridbench.cells import progress
 from gridbench.cells.kinds import PlannedCell
-from gridbench.cells.kinds.benchy import BENCHY
-from gridbench.cells.kinds.natural import NATURAL
+from gridbench.cells.kinds.benchy import BENCHY, DepthCellPlan
+from gridbench.cells.kinds.natural import NATURAL, NaturalCellPlan
 from gridbench.cells.progress import (
     Follower,
     WorkdirReader,
@@ -64,14 +66,16 @@ def finish(root: Path, cell: PlannedCell, seconds: float) -> None:
     """A cell's result and its provenance record, measured in ``seconds``."""
     write_json(root / cell.files.raw, {})
     started = SWEEP_START + timedelta(minutes=1)
-    write_json(
-        root / cell.files.provenance,
-        {"started_at": iso(started), "finished_at": iso(started + timedelta(seconds=seconds))},
-    )
+    cfg = load_grid(load_yaml(REPO / "config/mechanism.yaml"), "mechanism.yaml").configs[cell.config]
+    ended = iso(started + timedelta(seconds=seconds))
+    record = synthetic.provenance_record(cfg, cell.label, started_at=iso(started), finished_at=ended)
+    write_json(root / cell.files.provenance, codec.to_json(record))
 
 
 def fail(root: Path, cell: PlannedCell, at: datetime) -> None:
-    write_json(root / cell.files.failure, {"cell": cell.label, "failed_at": iso(at)})
+    assert isinstance(cell, DepthCellPlan | NaturalCellPlan)
+    record = replace(synthetic.failure_record(cell, cell.label, "the engine died"), failed_at=iso(at))
+    write_json(root / cell.files.failure, codec.to_json(record))
 
 
 def start(root: Path, cell: PlannedCell, at: datetime) -> Path:

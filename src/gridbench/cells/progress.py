@@ -19,14 +19,19 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import cattrs
 
 from gridbench import layout
 from gridbench.cells.kinds import PlannedCell, cell_kind
 from gridbench.cells.kinds.base import RequestProgress, json_lines
 from gridbench.cells.plan import sweep_plan
+from gridbench.cells.records import CellProvenance, FailureRecord, current_failure, current_provenance
 from gridbench.config.grid import Grid
 from gridbench.engines.events import EngineEvent
+from gridbench.errors import ResultFileError
+from gridbench.util import codec
 from gridbench.util.files import read_json
 
 if TYPE_CHECKING:
@@ -281,6 +286,22 @@ def _parse_time(text: str | None) -> datetime | None:
         return None
 
 
+Record = TypeVar("Record")
+
+
+def _record(cls: type[Record], upgrade: Callable[[object], object], path: Path) -> Record | None:
+    """The ``cls`` record in ``path`` (upgraded from an older format); None where there is none
+    or it is not one: a view of a sweep never stops on a file it cannot use."""
+    document = read_json(path)
+    if document is None:
+        return None
+    try:
+        upgraded = upgrade(document)
+        return codec.from_json(cls, upgraded) if isinstance(upgraded, dict) else None
+    except (ResultFileError, cattrs.BaseValidationError):
+        return None
+
+
 @dataclass
 class WorkdirReader:
     """Reads the cells' files under ``root``; a finished cell's duration is read once."""
@@ -299,12 +320,12 @@ class WorkdirReader:
                     CellObservation(cell, finished=True, duration_s=self._duration_s(cell.files.provenance))
                 )
                 continue
-            failure = read_json(self.root / cell.files.failure)
+            failure = _record(FailureRecord, current_failure, self.root / cell.files.failure)
             running = scratch.get(cell.scratch_name)
             observations.append(
                 CellObservation(
                     cell,
-                    failed_at=_parse_time((failure or {}).get("failed_at")),
+                    failed_at=_parse_time(failure.failed_at) if failure else None,
                     running_since=running[1] if running else None,
                     requests=self._requests(cell, running[0]) if running and with_requests else None,
                 )
@@ -343,10 +364,12 @@ class WorkdirReader:
 
     def _duration_s(self, provenance: str) -> float | None:
         if provenance not in self._durations:
-            record = read_json(self.root / provenance) or {}
-            started, finished = _parse_time(record.get("started_at")), _parse_time(record.get("finished_at"))
-            if started is None or finished is None:
+            record = _record(CellProvenance, current_provenance, self.root / provenance)
+            if record is None:
                 return None  # not cached: it may be read while being replaced
+            started, finished = _parse_time(record.started_at), _parse_time(record.finished_at)
+            if started is None or finished is None:
+                return None
             self._durations[provenance] = (finished - started).total_seconds()
         return self._durations[provenance]
 
