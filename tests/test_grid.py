@@ -107,3 +107,15 @@ def test_fingerprints_are_those_of_the_engines_already_measured():
         "D_q8_0_n0": "0056b85ca3ed7c60",
         "D_q8_0_draft4": "d7696555fb5a7375",
     }
+
+
+def test_the_h100_overlay_names_the_card_and_changes_no_cell():
+    """config/studies/on-h100.yaml over the real-model study: another card in the report,
+    the same configs with the same fingerprints (the same engines, the same cells)."""
+    alone = load_grid_files([REPO / "config/studies/h200-real.yaml"])
+    on_h100 = load_grid_files([REPO / "config/studies/h200-real.yaml", REPO / "config/studies/on-h100.yaml"])
+    assert on_h100.study.hardware.name == "NVIDIA H100 80GB HBM3" and "H100" in on_h100.study.title
+    assert on_h100.study.hardware.memory_bandwidth_gb_s == 3350
+    assert {n: c.fingerprint() for n, c in on_h100.configs.items()} == {
+        n: c.fingerprint() for n, c in alone.configs.items()
+    }
