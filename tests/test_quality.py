@@ -41,7 +41,16 @@ from gridbench.config.grid import Grid
 from gridbench.config.loading import load_grid
 from gridbench.engines.manager import SlotManager
 from gridbench.errors import ConfigError
-from gridbench.harness.greedy import SCHEMA, GreedyOutput, QualityResult, greedy_output, send
+from gridbench.harness.greedy import (
+    SCHEMA,
+    GreedyOutput,
+    GreedySettings,
+    QualityResult,
+    greedy_output,
+    request_body,
+    send,
+)
+from gridbench.harness.prompts import resolve_prompts
 from gridbench.harness.teacher_forced import (
     Engine,
     ForcedPosition,
@@ -669,6 +678,38 @@ def unforced(base: str, prefix: tuple[int, ...], top_k: int) -> dict:
     return post(base + "/completion", {**body, "cache_prompt": True, "post_sampling_probs": False})[
         "completion_probabilities"
     ][0]
+
+
+@pytest.mark.integration
+def test_a_greedy_answer_is_the_same_whatever_the_engine_served_before(smollm2_files):
+    """The quality cell's request computes its prompt whole: on the demo's warm llama.cpp
+    (4 slots, one KV buffer), the answer to a prompt after the others equals the one on a
+    fresh server. Reusing the cached prefix instead (what a plain request does) rounds
+    differently and, on some CPUs, flips a greedy near-tie: CI once saw the reasoning answer
+    part at token 54, where the runner-up trailed by 0.12 nats."""
+    grid = load_grid(load_yaml(REPO / "config/demo.yaml"), "demo.yaml")
+    cfg, quality = grid.configs["S_q4_1_n0"], quality_plan(grid).settings
+    prompts = resolve_prompts(quality)
+    settings = GreedySettings(max_tokens=64, extra_body={})
+    flags = ("-np", "4", "--kv-unified", "-c", "8192")
+
+    def answer(base: str, prompt: str, body: bytes | None = None) -> tuple[int, ...] | None:
+        status, text = send(base, {}, body or request_body(prompt, settings, cfg))
+        return greedy_output("reasoning", prompt, status, text).token_ids
+
+    with llama_cpp(smollm2_files / "smollm2-135m-instruct.q4_1.gguf", *flags) as base:
+        fresh = answer(base, prompts["reasoning"])
+    assert json.loads(request_body("p", settings, cfg))["cache_prompt"] is False
+    with llama_cpp(smollm2_files / "smollm2-135m-instruct.q4_1.gguf", *flags) as base:
+        after = []
+        for other in ("code", "dialogue", "prose"):
+            answer(base, prompts[other])
+            after.append(answer(base, prompts["reasoning"]))
+        cached = {**json.loads(request_body(prompts["reasoning"], settings, cfg)), "cache_prompt": True}
+        answer(base, prompts["code"])
+        reused = answer(base, prompts["reasoning"], json.dumps(cached).encode())
+    assert after == [fresh] * 3
+    print("with the cached prefix reused:", "the same" if reused == fresh else "another answer")
 
 
 @pytest.mark.integration

@@ -270,3 +270,21 @@ def test_teacher_forced_log_probabilities_are_vllms_own_next_token_ones(engine):
             top = json.load(response)["choices"][0]["logprobs"]["top_logprobs"][0]
         expected = sorted(top.values(), reverse=True)
         assert [t.logprob for t in forced.positions[i - 1].top] == pytest.approx(expected, abs=0.02)
+
+
+def test_a_greedy_request_has_a_prefix_cache_of_its_own_and_names_its_tokens_and_margins(site, engine):
+    """The quality cell's request on vLLM: a cache_salt of its own (no cached prefix of an
+    earlier request serves it), each token named by id with its margin over the runner-up, and
+    the same answer twice."""
+    from gridbench.harness.greedy import GreedySettings, greedy_output, request_body, send
+
+    cfg = site.grid.configs[SELF_DRAFT]
+    settings = GreedySettings(max_tokens=16, extra_body={})
+    bodies = [request_body("Name three prime numbers.", settings, cfg) for _ in range(2)]
+    salts = [json.loads(body)["cache_salt"] for body in bodies]
+    assert salts[0] != salts[1] and all(salt.startswith("gridbench-greedy-") for salt in salts)
+    outputs = [greedy_output("code", "p", *send(engine.base_url, engine.headers, body)) for body in bodies]
+    assert outputs[0].token_ids is not None and len(outputs[0].token_ids) == 16
+    assert outputs[0].token_ids == outputs[1].token_ids
+    margins = outputs[0].runner_up_margins
+    assert margins is not None and len(margins) == 16 and all(m >= 0 for m in margins)

@@ -60,7 +60,8 @@ CHARACTERS = "characters"
 # a greedy choice this close (nats) to the runner-up may flip on rounding alone: on
 # llama.cpp's CPU build a batch computes a token's log-probability up to ~0.015 nats away
 # from one-token decoding (tests/test_quality.py measures it), and margins are mostly
-# whole nats
+# whole nats. (A prompt computed over another request's cached prefix rounds differently
+# too: the quality cells' requests compute theirs whole, EngineKind.fresh_prompt_fields.)
 NEAR_TIE_NATS = 0.1
 
 

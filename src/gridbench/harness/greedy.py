@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -158,7 +159,9 @@ class GreedyRequestError(BenchmarkError):
 
 def request_body(prompt: str, settings: GreedySettings, cfg: ServingConfig) -> bytes:
     """The request's JSON body: the quality section's and the config's extra fields, under
-    the greedy cell's own (temperature 0, its max_tokens, one logprob per token)."""
+    the greedy cell's own (temperature 0, its max_tokens, two logprobs per token, no cached
+    prompt of an earlier request: the answer is the same whatever the engine served before)."""
+    kind = engine_kind(cfg.engine.kind)
     body = {
         **settings.extra_body,
         **cfg.bench_extra_body,
@@ -169,7 +172,8 @@ def request_body(prompt: str, settings: GreedySettings, cfg: ServingConfig) -> b
         # the runner-up tells a near-tie (which numerics may flip) from a confident token
         "logprobs": True,
         "top_logprobs": 2,
-        **engine_kind(cfg.engine.kind).token_id_fields,
+        **kind.token_id_fields,
+        **kind.fresh_prompt_fields(f"gridbench-greedy-{uuid.uuid4().hex}"),
         "stream": False,
     }
     return json.dumps(body).encode()

@@ -46,6 +46,13 @@ class EngineKind(ABC):
     # FORCED_STEPS or PROMPT_LOGPROBS); None: it gives none
     teacher_forcing: str | None = None
 
+    def fresh_prompt_fields(self, nonce: str) -> dict[str, object]:
+        """What a chat request adds so that no cache of earlier requests' prompts serves it:
+        a prompt computed over cached keys and values rounds differently from one computed
+        whole, which flips a greedy near-tie, so a quality cell's answers would depend on what
+        the engine served before. ``nonce`` is unique to the request. None by default."""
+        return {}
+
     @abstractmethod
     def serve_args(self, cfg: ServingConfig, host: str, port: int) -> list[str]:
         """The serve flags after the engine's command prefix; pure."""

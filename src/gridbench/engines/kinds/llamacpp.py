@@ -52,6 +52,9 @@ class LlamaCpp(EngineKind):
     # no reset_prefix_cache: llama.cpp reuses slots per request, and with prefix caching off
     # the server runs with --no-cache-prompt
 
+    def fresh_prompt_fields(self, nonce: str) -> dict[str, object]:
+        return {"cache_prompt": False}  # the slot's cached prefix is not reused
+
     def serve_args(self, cfg: ServingConfig, host: str, port: int) -> list[str]:
         """``llama-server`` flags; /metrics is always on, since acceptance is read there."""
         ckpt, serving, spec = cfg.checkpoint, cfg.serving, cfg.speculation

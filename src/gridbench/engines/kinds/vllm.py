@@ -50,6 +50,9 @@ class VLLM(EngineKind):
     token_id_fields = MappingProxyType({"return_tokens_as_token_ids": True})
     teacher_forcing = "prompt-logprobs"  # /v1/completions' prompt_logprobs, in one request
 
+    def fresh_prompt_fields(self, nonce: str) -> dict[str, object]:
+        return {"cache_salt": nonce}  # a prefix cache of its own, which nothing else fills
+
     def serve_args(self, cfg: ServingConfig, host: str, port: int) -> list[str]:
         """``vllm serve`` flags, in the order the seeds' drivers wrote them."""
         ckpt, serving, spec = cfg.checkpoint, cfg.serving, cfg.speculation
