@@ -49,6 +49,12 @@ class VLLM(EngineKind):
     # its logprobs then name each token "token_id:N" in place of its text
     token_id_fields = MappingProxyType({"return_tokens_as_token_ids": True})
     teacher_forcing = "prompt-logprobs"  # /v1/completions' prompt_logprobs, in one request
+    # VLLM_CACHE_ROOT (default ~/.cache/vllm) holds torch_compile_cache/<hash>/: the compiled
+    # graphs, with the inductor and Triton caches inside them (vllm/compilation/backends.py,
+    # compiler_interface.py) and torch_aot_compile/; CUDA graphs are captured anew at each
+    # start from these. --enforce-eager (or -cc.mode=none) compiles nothing and writes none.
+    compile_cache_variable = "VLLM_CACHE_ROOT"
+    compile_cache_artifacts = ("torch_compile_cache",)
 
     def fresh_prompt_fields(self, nonce: str) -> dict[str, object]:
         return {"cache_salt": nonce}  # a prefix cache of its own, which nothing else fills
