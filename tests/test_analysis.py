@@ -10,6 +10,7 @@ import pytest
 
 from gridbench.aggregate import analysis
 from gridbench.aggregate.analysis import LOSS, TIE, WIN, Measure
+from gridbench.aggregate.report.depth import startup_section
 from gridbench.config.grid import StudyInfo
 
 
@@ -283,6 +284,30 @@ def test_each_engine_start_counts_once():
         (("a",), 190.5, 2),
         (("b", "c"), 12.0, 2),
     ]
+
+
+def test_the_start_up_section_says_which_starts_found_their_compile_cache_warm():
+    def cell(config, startup_s, cache):
+        return {
+            "config": config,
+            "engine_label": "vLLM",
+            "fingerprint": "f" + config,
+            "engine_startup_s": startup_s,
+            "engine_reused": False,
+            "engine_compile_cache": cache,
+            "status": "ok",
+        }
+
+    depth = pd.DataFrame([cell("a", 600.0, "miss"), cell("a", 90.0, "hit"), cell("l", 5.0, None)])
+    starts = analysis.engine_starts([depth])
+    assert [s.compile_cache for s in starts] == ["miss", "hit", None]
+    text = startup_section(depth, None)
+    assert "1 of the 2 starts that keep a compile cache found it warm" in text
+    assert "| compile cache |" in text.splitlines()[2]
+    assert text.splitlines()[-1].endswith("| — |")  # llama.cpp keeps none
+    # a dataset without the column (older provenance) keeps the table as it was
+    plain = startup_section(depth.drop(columns="engine_compile_cache"), None)
+    assert "compile cache" not in plain
 
 
 @pytest.mark.parametrize(
