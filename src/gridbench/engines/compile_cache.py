@@ -5,10 +5,11 @@ The folder is ``layout.ENGINE_CACHE``, keyed by the start's fingerprint (its com
 model, speculation, serving settings and serve flags: ``ServingConfig.fingerprint``) and the
 engine's build: a container's image id, or a process's command file (its real path, size and
 modification time, which an install or upgrade rewrites). A cache is therefore never offered to
-another engine version, model or set of serve flags. Whether a start found it warm is read
-from the folder before the launch: compiled artifacts in the kind's artifact folders (a hit)
-or none (a miss); what the start left there is counted once it is ready. The engine still
-starts and is warmed in full either way: the cache only shortens its compilation.
+another engine version, model or set of serve flags. The compiled files a start finds there
+are counted before the launch, those it left once it is ready; whether it used them is read
+from the engine's own log lines since its launch (a warm folder is no hit: vLLM may find the
+files and still compile again). The engine still starts and is warmed in full either way:
+the cache only shortens its compilation.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,20 +26,22 @@ from pathlib import Path
 from gridbench import layout
 from gridbench.config.grid import ServingConfig
 from gridbench.engines.kinds import engine_kind
+from gridbench.engines.kinds.base import EngineKind
 from gridbench.engines.runtime import ImageInfo
 
-HIT = "hit"
-MISS = "miss"
+HIT = "hit"  # the engine loaded what an earlier start compiled, and compiled nothing
+MISS = "miss"  # it compiled: an empty folder, or what it found did not load
+UNKNOWN = "unknown"  # the folder held compiled files, and the log says neither
 
 
 @dataclass(frozen=True)
 class CompileCache:
-    """One start's compile cache: its folder on the host, its key, and what the start found."""
+    """One start's compile cache: its folder on the host, its key, and what the start made of it."""
 
     folder: str  # on the host, relative to the working directory
     key: str
-    found: str  # HIT or MISS
     artifacts_before: int  # compiled files the start found there
+    found: str | None = None  # HIT, MISS or UNKNOWN once it is ready; None before
     artifacts_after: int | None = None  # compiled files there once it was ready; None before
 
 
@@ -84,14 +88,27 @@ def prepare(cfg: ServingConfig, fingerprint: str, image: ImageInfo) -> CacheUse 
     folder = Path(layout.ENGINE_CACHE.format(kind=kind.name, key=key))
     folder.mkdir(parents=True, exist_ok=True)
     before = count_artifacts(folder, kind.compile_cache_artifacts)
-    cache = CompileCache(folder=str(folder), key=key, found=HIT if before else MISS, artifacts_before=before)
+    cache = CompileCache(folder=str(folder), key=key, artifacts_before=before)
     if cfg.engine.runtime == "docker":
         inside = layout.ENGINE_CACHE_IN_CONTAINER
         return CacheUse(cache, {kind.compile_cache_variable: inside}, {str(folder.resolve()): inside})
     return CacheUse(cache, {kind.compile_cache_variable: str(folder.resolve())}, {})
 
 
-def after_ready(cfg: ServingConfig, cache: CompileCache) -> CompileCache:
-    """The cache with the compiled files its folder holds once the start is ready."""
-    after = count_artifacts(Path(cache.folder), engine_kind(cfg.engine.kind).compile_cache_artifacts)
-    return dataclasses.replace(cache, artifacts_after=after)
+def outcome(kind: EngineKind, log: str, artifacts_before: int) -> str:
+    """What a start made of its cache, by the engine's log since its launch (pure): any
+    compilation is a miss, loading without compiling a hit; a log that says neither is a miss
+    where the folder held nothing to load, else unknown."""
+    if kind.compile_cache_miss_line and re.search(kind.compile_cache_miss_line, log, re.MULTILINE):
+        return MISS
+    if kind.compile_cache_hit_line and re.search(kind.compile_cache_hit_line, log, re.MULTILINE):
+        return HIT
+    return MISS if artifacts_before == 0 else UNKNOWN
+
+
+def after_ready(cfg: ServingConfig, cache: CompileCache, log: str) -> CompileCache:
+    """The cache once the start is ready: what its log says it made of it, and the compiled
+    files its folder holds then."""
+    kind = engine_kind(cfg.engine.kind)
+    after = count_artifacts(Path(cache.folder), kind.compile_cache_artifacts)
+    return dataclasses.replace(cache, found=outcome(kind, log, cache.artifacts_before), artifacts_after=after)

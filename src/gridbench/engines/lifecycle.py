@@ -32,6 +32,8 @@ from gridbench.engines.slots import SlotState, SlotStore
 from gridbench.errors import EngineError, PortInUseError
 
 ENGINE_LOG_DIR = Path("logs/engines")
+# a start's log lines read for what it made of its compile cache: its whole start-up
+COMPILE_LOG_LINES = 20_000
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,10 @@ def start_engine(
     _record(state, store)
     state = _wait_until_ready(cfg, state, store, runtime)
     if state.compile_cache is not None:
-        state = dataclasses.replace(state, compile_cache=compile_cache.after_ready(cfg, state.compile_cache))
+        log = runtime.log_tail(state.handle, lines=COMPILE_LOG_LINES)
+        state = dataclasses.replace(
+            state, compile_cache=compile_cache.after_ready(cfg, state.compile_cache, log)
+        )
     _record(state, store)
     log_event(
         EngineEvent(

@@ -234,15 +234,17 @@ def startup_section(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
 
 
 def _cache_note(cached: list[analysis.EngineStart]) -> str:
-    """How many starts found their compile cache warm, or nothing where no start kept one."""
+    """How many starts loaded what an earlier start compiled, or nothing where no start kept a
+    compile cache."""
     if not cached:
         return ""
     hits = sum(1 for s in cached if s.compile_cache == "hit")
     return (
-        f" {hits} of the {_starts(len(cached))} that keep a compile cache found it warm "
-        "(`engine_compile_cache`: compiled artifacts of an earlier start of the same engine build, "
-        "model and serve flags, kept in `resources/engine-cache/`); every start still ran until "
-        "healthy and each cell warmed its engine up as before."
+        f" {hits} of the {_starts(len(cached))} that keep a compile cache loaded their compiled "
+        "graphs from it and compiled none, by the engine's own log (`engine_compile_cache`: the "
+        "artifacts of an earlier start of the same engine build, model and serve flags, kept in "
+        "`resources/engine-cache/`); every start still ran until healthy and each cell warmed its "
+        "engine up as before."
     )
 
 

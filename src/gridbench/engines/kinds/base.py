@@ -51,6 +51,10 @@ class EngineKind(ABC):
     # the sub-folders of that folder whose files are compiled artifacts: a start that finds
     # any there finds the cache warm
     compile_cache_artifacts: tuple[str, ...] = ()
+    # a line of its log that says a start compiled (a miss), and one that says it loaded
+    # what an earlier start compiled (a hit): regular expressions, searched line by line
+    compile_cache_miss_line: str | None = None
+    compile_cache_hit_line: str | None = None
 
     def fresh_prompt_fields(self, nonce: str) -> dict[str, object]:
         """What a chat request adds so that no cache of earlier requests' prompts serves it:
