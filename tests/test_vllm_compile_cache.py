@@ -118,4 +118,6 @@ def test_torch_compile_on_keeps_compiled_graphs_and_the_second_start_says_what_i
     leases = _two_starts(site, cfg)
     ready = _check_starts(site, cfg, leases)
     assert ready[0]["compile_cache_files"] > 0  # torch.compile wrote its graphs
-    assert leases[1].compile_cache is not None and leases[1].compile_cache.found in ("hit", "miss")
+    second = leases[1].compile_cache
+    assert second is not None and second.found in ("hit", "miss")
+    print(f"second start: {second.artifacts_before} compiled files offered, {second.found}")
