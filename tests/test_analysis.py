@@ -10,6 +10,7 @@ import pytest
 
 from gridbench.aggregate import analysis
 from gridbench.aggregate.analysis import LOSS, TIE, WIN, Measure
+from gridbench.aggregate.report.depth import startup_section
 from gridbench.config.grid import StudyInfo
 
 
@@ -285,6 +286,30 @@ def test_each_engine_start_counts_once():
     ]
 
 
+def test_the_start_up_section_says_which_starts_found_their_compile_cache_warm():
+    def cell(config, startup_s, cache):
+        return {
+            "config": config,
+            "engine_label": "vLLM",
+            "fingerprint": "f" + config,
+            "engine_startup_s": startup_s,
+            "engine_reused": False,
+            "engine_compile_cache": cache,
+            "status": "ok",
+        }
+
+    depth = pd.DataFrame([cell("a", 600.0, "miss"), cell("a", 90.0, "hit"), cell("l", 5.0, None)])
+    starts = analysis.engine_starts([depth])
+    assert [s.compile_cache for s in starts] == ["miss", "hit", None]
+    text = startup_section(depth, None)
+    assert "1 of the 2 starts that keep a compile cache loaded their compiled graphs from it" in text
+    assert "| compile cache |" in text.splitlines()[2]
+    assert text.splitlines()[-1].endswith("| — |")  # llama.cpp keeps none
+    # a dataset without the column (older provenance) keeps the table as it was
+    plain = startup_section(depth.drop(columns="engine_compile_cache"), None)
+    assert "compile cache" not in plain
+
+
 @pytest.mark.parametrize(
     ("spec_values", "expected"),
     [
@@ -413,3 +438,28 @@ def test_a_config_without_declared_weights_holds_its_checkpoints_model():
     a, b = analysis.config_identities(rows)
     assert (a.model, b.model) == ("m", "q8")
     assert (a.weights, b.weights) == ("m", None)
+
+
+def test_a_start_made_of_its_compile_cache_what_vllms_log_says():
+    """vLLM's lines (vllm/compilation/backends.py, decorators.py): any compilation is a miss,
+    even of a start that found a warm folder; loading alone is a hit; silence is a miss over an
+    empty folder and unknown over a warm one."""
+    from gridbench.engines.compile_cache import HIT, MISS, UNKNOWN, outcome
+    from gridbench.engines.kinds import engine_kind
+
+    vllm, llamacpp = engine_kind("vllm"), engine_kind("llamacpp")
+    loaded = (
+        "INFO [backends.py:296] Directly load the compiled graph(s) for compile range (1, 8192) "
+        "from the cache, took 0.412 s"
+    )
+    compiled = "INFO [backends.py:399] Compiling a graph for compile range (1, 8192) takes 11.20 s"
+    again = (
+        "WARNING [decorators.py:334] Compiling model again due to a load failure from /c/model, reason: bad"
+    )
+    aot = "INFO [decorators.py:319] Directly load AOT compilation from path /c/torch_aot_compile/model"
+    assert outcome(vllm, f"start\n{loaded}\nready", 12) == HIT
+    assert outcome(vllm, aot, 3) == HIT
+    assert outcome(vllm, f"{aot}\n{compiled}", 3) == MISS
+    assert outcome(vllm, again, 12) == MISS and outcome(vllm, compiled, 0) == MISS
+    assert outcome(vllm, "no such lines", 0) == MISS and outcome(vllm, "no such lines", 5) == UNKNOWN
+    assert outcome(llamacpp, loaded, 5) == UNKNOWN  # a kind without such lines says nothing

@@ -18,6 +18,12 @@ ENGINE_CHECK = "results/preflight/{engine}.json"
 SCRATCH = "results/.tmp"
 SCRATCH_PREFIX = "{config}-{cell_id}-{started_s}-"
 ENGINE_EVENTS = "logs/engines/events.jsonl"
+# an engine's compile cache (engines/compile_cache.py), one folder per key: its kind, then a hash
+# of its start's fingerprint and its build (image id, or the command's file); under resources/,
+# which a study keeps between commands and carries between loans of a machine
+ENGINE_CACHE = "resources/engine-cache/{kind}/{key}"
+# where a container sees that folder
+ENGINE_CACHE_IN_CONTAINER = "/gridbench-engine-cache"
 # a cell's GPU telemetry series (cells.telemetry), beside its provenance record
 PROVENANCE_SUFFIX = ".provenance.json"
 TELEMETRY_SUFFIX = ".telemetry.jsonl"

@@ -290,6 +290,7 @@ class EngineStart:
     engine_label: str
     startup_s: float
     cells: int
+    compile_cache: str | None = None  # "hit", "miss", or None: the kind keeps none, or an older record
 
 
 def engine_starts(frames: Iterable[pd.DataFrame | None]) -> list[EngineStart]:
@@ -297,8 +298,8 @@ def engine_starts(frames: Iterable[pd.DataFrame | None]) -> list[EngineStart]:
     start-up of the engine it ran on, a reused one's too, so one (fingerprint, start-up) is
     one start: also one whose first cell failed, and one that configs differing only in
     labels shared."""
-    # (fingerprint, start-up) -> (engine label, the config of each cell on it)
-    starts: dict[tuple[str, float], tuple[str, list[str]]] = {}
+    # (fingerprint, start-up) -> (engine label, its compile cache, the config of each cell on it)
+    starts: dict[tuple[str, float], tuple[str, str | None, list[str]]] = {}
     for frame in frames:
         if frame is None:
             continue
@@ -306,13 +307,15 @@ def engine_starts(frames: Iterable[pd.DataFrame | None]) -> list[EngineStart]:
             startup_s = optional_float(row["engine_startup_s"])
             if startup_s is None:
                 continue
-            _, configs = starts.setdefault(
-                (str(row["fingerprint"]), startup_s), (str(row["engine_label"]), [])
+            cache = row.get("engine_compile_cache")
+            _, _, configs = starts.setdefault(
+                (str(row["fingerprint"]), startup_s),
+                (str(row["engine_label"]), str(cache) if isinstance(cache, str) else None, []),
             )
             configs.append(str(row["config"]))
     return [
-        EngineStart(tuple(dict.fromkeys(configs)), engine_label, startup_s, len(configs))
-        for (_, startup_s), (engine_label, configs) in starts.items()
+        EngineStart(tuple(dict.fromkeys(configs)), engine_label, startup_s, len(configs), cache)
+        for (_, startup_s), (engine_label, cache, configs) in starts.items()
     ]
 
 

@@ -210,6 +210,7 @@ class Provenance:
     engine_version: str | None
     engine_startup_s: float | None
     engine_reused: bool | None
+    engine_compile_cache: str | None  # its start found its compile cache warm ("hit") or not ("miss")
     serve_command: str | None
     gpu: str | None
     gpu_count: int | None
@@ -244,6 +245,7 @@ class ProvenanceRecord:
             engine_version=engine.version,
             engine_startup_s=engine.startup_s,
             engine_reused=engine.reused,
+            engine_compile_cache=engine.compile_cache.found if engine.compile_cache else None,
             serve_command=engine.serve_command,
             gpu=host.gpus.gpu,
             gpu_count=host.gpus.gpu_count,

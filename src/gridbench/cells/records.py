@@ -13,6 +13,7 @@ from gridbench.assets.manifest import ModelFile
 from gridbench.cells import provenance
 from gridbench.cells.telemetry import Telemetry
 from gridbench.config.grid import ServingConfig
+from gridbench.engines.compile_cache import CompileCache
 from gridbench.engines.runtime import ImageInfo
 from gridbench.engines.spec_metrics import Acceptance
 from gridbench.errors import ResultFileError
@@ -116,6 +117,8 @@ class EngineRecord:
     started_at: str
     startup_s: float | None
     reused: bool
+    # its start's compile cache: found warm ("hit") or not ("miss"); absent for a kind without one
+    compile_cache: CompileCache | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
 
     @classmethod
     def from_lease(cls, engine: EngineLease, cfg: ServingConfig) -> EngineRecord:
@@ -134,6 +137,7 @@ class EngineRecord:
             started_at=engine.started_at,
             startup_s=engine.ready_s,
             reused=engine.reused,
+            compile_cache=engine.compile_cache,
         )
 
 

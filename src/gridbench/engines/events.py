@@ -40,6 +40,12 @@ class EngineEvent:
     owner_pid: int | None = field(default=None, metadata=OMITTED)  # a reclaim's
     by: str | None = field(default=None, metadata=OMITTED)  # a reclaim's: who reclaimed it
     ready_s: float | None = field(default=None, metadata=OMITTED)  # a ready event's
+    # an engine kind that keeps a compile cache (engines/compile_cache.py): a start's names its
+    # folder's key, a ready event what the start made of it (hit, miss, unknown); each counts
+    # the compiled files in the folder then
+    compile_cache_key: str | None = field(default=None, metadata=OMITTED)
+    compile_cache: str | None = field(default=None, metadata=OMITTED)
+    compile_cache_files: int | None = field(default=None, metadata=OMITTED)
 
     @property
     def at(self) -> datetime:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gridbench.config.grid import ServingConfig
-from gridbench.engines import probe, watchdog
+from gridbench.engines import compile_cache, probe, watchdog
 from gridbench.engines.allocation import ProcessIdentity, process_identity
 from gridbench.engines.commands import LaunchPlan, launch_plan
 from gridbench.engines.events import EngineEvent, log_event, now_iso
@@ -32,6 +32,8 @@ from gridbench.engines.slots import SlotState, SlotStore
 from gridbench.errors import EngineError, PortInUseError
 
 ENGINE_LOG_DIR = Path("logs/engines")
+# a start's log lines read for what it made of its compile cache: its whole start-up
+COMPILE_LOG_LINES = 20_000
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,10 @@ def start_engine(
     image = runtime.image_info(cfg)
     plan = launch_plan(cfg, port_for(cfg, slot, all_slots))
     started_at = now_iso()
-    handle = _launch(cfg, slots, plan, runtime, owner=owner, fingerprint=fingerprint, started_at=started_at)
+    cache = compile_cache.prepare(cfg, fingerprint, image)
+    handle = _launch(
+        cfg, slots, plan, runtime, owner=owner, fingerprint=fingerprint, started_at=started_at, cache=cache
+    )
     state = SlotState(
         owner=owner.name,
         owner_process=owner.process,
@@ -139,12 +144,26 @@ def start_engine(
         ready_s=None,
         version=None,
         image=image,
+        compile_cache=cache.cache if cache else None,
     )
     _record(state, store)
     state = _wait_until_ready(cfg, state, store, runtime)
+    if state.compile_cache is not None:
+        log = runtime.log_tail(state.handle, lines=COMPILE_LOG_LINES)
+        state = dataclasses.replace(
+            state, compile_cache=compile_cache.after_ready(cfg, state.compile_cache, log)
+        )
     _record(state, store)
     log_event(
-        EngineEvent(event="ready", config=cfg.name, slot=slot, fingerprint=fingerprint, ready_s=state.ready_s)
+        EngineEvent(
+            event="ready",
+            config=cfg.name,
+            slot=slot,
+            fingerprint=fingerprint,
+            ready_s=state.ready_s,
+            compile_cache=state.compile_cache.found if state.compile_cache else None,
+            compile_cache_files=state.compile_cache.artifacts_after if state.compile_cache else None,
+        )
     )
     return state
 
@@ -158,6 +177,7 @@ def _launch(
     owner: EngineOwner,
     fingerprint: str,
     started_at: str,
+    cache: compile_cache.CacheUse | None,
 ) -> RuntimeHandle:
     """Log the start, mark it in the engine's log and start its process or container."""
     log_path = ENGINE_LOG_DIR / f"{cfg.name}.log"
@@ -170,6 +190,8 @@ def _launch(
             fingerprint=fingerprint,
             port=plan.port,
             owner=owner.name,
+            compile_cache_key=cache.cache.key if cache else None,
+            compile_cache_files=cache.cache.artifacts_before if cache else None,
         )
     )
     with log_path.open("a") as engine_log:
@@ -179,9 +201,11 @@ def _launch(
         )
     key = api_key(cfg)
     env = {engine_kind(cfg.engine.kind).api_key_variable: key} if key else {}
+    env |= cache.env if cache else {}
+    mounts = cache.mounts if cache else {}
     gpus = [s for s in slots if s != "cpu"] if cfg.engine.gpus else []
     name = container_name(cfg, slots, owner)
-    return runtime.start(cfg, plan, name=name, gpus=gpus, log_path=log_path, env=env)
+    return runtime.start(cfg, plan, name=name, gpus=gpus, log_path=log_path, env=env, mounts=mounts)
 
 
 def _wait_until_ready(cfg: ServingConfig, state: SlotState, store: SlotStore, runtime: Runtime) -> SlotState:

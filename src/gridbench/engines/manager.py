@@ -27,6 +27,7 @@ from gridbench.cells.provenance import query_gpus
 from gridbench.config.grid import ServingConfig
 from gridbench.engines.allocation import allocated_gpus, process_gone, sweep_owner, sweep_process
 from gridbench.engines.commands import LaunchPlan
+from gridbench.engines.compile_cache import CompileCache
 from gridbench.engines.events import EngineEvent, log_event
 from gridbench.engines.lifecycle import (
     EngineOwner,
@@ -66,6 +67,7 @@ class EngineLease:
     version: str | None
     image: ImageInfo
     headers: dict[str, str]
+    compile_cache: CompileCache | None = None
 
     @classmethod
     def of(cls, state: SlotState, *, reused: bool, headers: dict[str, str]) -> EngineLease:
@@ -83,6 +85,7 @@ class EngineLease:
             version=state.version,
             image=state.image,
             headers=headers,
+            compile_cache=state.compile_cache,
         )
 
     @property

@@ -90,6 +90,7 @@ class Runtime(Protocol):
         gpus: list[str],
         log_path: Path,
         env: Mapping[str, str],
+        mounts: Mapping[str, str],
     ) -> RuntimeHandle: ...
     def is_running(self, handle: RuntimeHandle) -> bool: ...
     def log_tail(self, handle: RuntimeHandle, lines: int = 40) -> str: ...
@@ -121,6 +122,7 @@ class ProcessRuntime:
         gpus: list[str],
         log_path: Path,
         env: Mapping[str, str],
+        mounts: Mapping[str, str],  # none for a local process: it sees the host's folders
     ) -> ProcessHandle:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         child_env = {**os.environ, **cfg.all_env, **env}  # a local process inherits pass_env too
@@ -249,6 +251,7 @@ class DockerRuntime:
         gpus: list[str],
         log_path: Path,
         env: Mapping[str, str],
+        mounts: Mapping[str, str],  # host folder -> container path, writable (the compile cache)
     ) -> ContainerHandle:
         engine = cfg.engine
         self._image(cfg)
@@ -263,7 +266,7 @@ class DockerRuntime:
         volumes = {
             str(Path(v.host).resolve()): {"bind": v.container, "mode": "ro" if v.read_only else "rw"}
             for v in cfg.all_volumes
-        }
+        } | {host: {"bind": inside, "mode": "rw"} for host, inside in mounts.items()}
         kwargs: JsonObject = {
             "name": name,
             "detach": True,

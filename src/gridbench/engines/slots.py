@@ -26,6 +26,7 @@ from typing import IO
 
 from gridbench.engines.allocation import ProcessIdentity
 from gridbench.engines.commands import LaunchPlan
+from gridbench.engines.compile_cache import CompileCache
 from gridbench.engines.runtime import ImageInfo, RuntimeHandle
 from gridbench.util import codec
 from gridbench.util.files import atomic_write_text, read_json
@@ -56,6 +57,8 @@ class SlotState(OwnedEngine):
     ready_s: float | None  # None until the engine answered
     version: str | None
     image: ImageInfo
+    # its compile cache (engines/compile_cache.py); absent for a kind that keeps none
+    compile_cache: CompileCache | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
     # recorded once its watchdog runs; the key is absent until then
     watchdog: ProcessIdentity | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
 

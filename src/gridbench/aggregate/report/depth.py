@@ -217,14 +217,34 @@ def startup_section(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
     if len(per_engine) > 1:
         parts = [f"{e}: {_starts(len(times))}, {_duration(sum(times))}" for e, times in per_engine.items()]
         split = f" ({'; '.join(parts)})"
+    cached = [s for s in starts if s.compile_cache is not None]
+    header: tuple[str, ...] = ("config", "engine", "cold start to healthy (s)", "measured cells on it")
+    header += ("compile cache",) if cached else ()
     rows = [
-        (", ".join(code(c) for c in s.configs), s.engine_label, num(s.startup_s, 1), s.cells) for s in starts
+        (", ".join(code(c) for c in s.configs), s.engine_label, num(s.startup_s, 1), s.cells)
+        + ((s.compile_cache or DASH,) if cached else ())
+        for s in starts
     ]
     return (
         "Each engine start the measured cells ran on, from launch until the health path answers "
         "and the model is listed (`engine_startup_s`). Start-up is part of what a sweep costs: "
-        f"{_starts(len(starts))} took {_duration(total)} in all{split}.\n\n"
-        + table(("config", "engine", "cold start to healthy (s)", "measured cells on it"), rows)
+        f"{_starts(len(starts))} took {_duration(total)} in all{split}.{_cache_note(cached)}\n\n"
+        + table(header, rows)
+    )
+
+
+def _cache_note(cached: list[analysis.EngineStart]) -> str:
+    """How many starts loaded what an earlier start compiled, or nothing where no start kept a
+    compile cache."""
+    if not cached:
+        return ""
+    hits = sum(1 for s in cached if s.compile_cache == "hit")
+    return (
+        f" {hits} of the {_starts(len(cached))} that keep a compile cache loaded their compiled "
+        "graphs from it and compiled none, by the engine's own log (`engine_compile_cache`: the "
+        "artifacts of an earlier start of the same engine build, model and serve flags, kept in "
+        "`resources/engine-cache/`); every start still ran until healthy and each cell warmed its "
+        "engine up as before."
     )
 
 

@@ -45,6 +45,16 @@ class EngineKind(ABC):
     # how a quality cell gets teacher-forced log-probabilities from it (harness/teacher_forced.py's
     # FORCED_STEPS or PROMPT_LOGPROBS); None: it gives none
     teacher_forcing: str | None = None
+    # the environment variable that names the folder where it keeps what it compiles at start-up
+    # (compiled graphs, kernels) for a later start to load; None: it keeps no such cache
+    compile_cache_variable: str | None = None
+    # the sub-folders of that folder whose files are compiled artifacts: a start that finds
+    # any there finds the cache warm
+    compile_cache_artifacts: tuple[str, ...] = ()
+    # a line of its log that says a start compiled (a miss), and one that says it loaded
+    # what an earlier start compiled (a hit): regular expressions, searched line by line
+    compile_cache_miss_line: str | None = None
+    compile_cache_hit_line: str | None = None
 
     def fresh_prompt_fields(self, nonce: str) -> dict[str, object]:
         """What a chat request adds so that no cache of earlier requests' prompts serves it:

@@ -49,6 +49,18 @@ class VLLM(EngineKind):
     # its logprobs then name each token "token_id:N" in place of its text
     token_id_fields = MappingProxyType({"return_tokens_as_token_ids": True})
     teacher_forcing = "prompt-logprobs"  # /v1/completions' prompt_logprobs, in one request
+    # VLLM_CACHE_ROOT (default ~/.cache/vllm) holds torch_compile_cache/<hash>/: the compiled
+    # graphs, with the inductor and Triton caches inside them (vllm/compilation/backends.py,
+    # compiler_interface.py) and torch_aot_compile/; CUDA graphs are captured anew at each
+    # start from these. --enforce-eager (or -cc.mode=none) compiles nothing and writes none.
+    compile_cache_variable = "VLLM_CACHE_ROOT"
+    compile_cache_artifacts = ("torch_compile_cache",)
+    # vllm/compilation/backends.py and decorators.py: a graph compiled, or the AOT artifact
+    # found but not loaded (it compiles again); a graph or the AOT artifact loaded
+    compile_cache_miss_line = (
+        r"Compiling a graph for compile range|Compiling model again due to a load failure"
+    )
+    compile_cache_hit_line = r"Directly load the compiled graph|Directly load AOT compilation"
 
     def fresh_prompt_fields(self, nonce: str) -> dict[str, object]:
         return {"cache_salt": nonce}  # a prefix cache of its own, which nothing else fills
