@@ -12,7 +12,6 @@ Two field markers cover the formats' few irregular keys:
 from __future__ import annotations
 
 import dataclasses
-import math
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -70,11 +69,17 @@ def _structure_tuple(cls: Any) -> Callable[[Any, Any], Any]:
     inner, read = _tuple_element(cls), converter.get_structure_hook(_tuple_element(cls))
     if inner is float:  # a result's values: checked as numbers in one pass, kept as written
         return lambda value, _: _numbers(tuple(value))
+    if inner is str:  # command lines: kept as they are when every item is text already
+        return lambda value, _: _texts(tuple(value)) or tuple(read(item, inner) for item in value)
     return lambda value, _: tuple(read(item, inner) for item in value)
 
 
+def _texts(items: tuple[Any, ...]) -> tuple[str, ...] | None:
+    return items if all(type(item) is str for item in items) else None
+
+
 def _numbers(items: tuple[Any, ...]) -> tuple[Any, ...]:
-    math.fsum(items)  # a TypeError for anything but numbers
+    sum(items)  # a TypeError for anything but numbers (plain sum: a quarter of fsum's time)
     return items
 
 
