@@ -195,8 +195,19 @@ def test_a_cpu_cell_has_empty_energy_columns_with_the_nvml_note_and_the_report_s
 # --- the committed studies, measured before the sampler ------------------------------------
 
 
+# the studies measured before gridbench sampled GPUs; studies/h100-real was measured with it
+BEFORE_THE_SAMPLER = ("h200-llamacpp", "h200-vllm", "h200-real")
+
+
+def test_every_committed_study_is_checked_for_its_energy_columns():
+    assert {p.parent.name for p in (REPO / "studies").glob("*/grid.json")} == {
+        *BEFORE_THE_SAMPLER,
+        "h100-real",
+    }
+
+
 @pytest.mark.parametrize(
-    "study", sorted(p.parent for p in (REPO / "studies").glob("*/grid.json")), ids=lambda p: p.name
+    "study", [REPO / "studies" / name for name in BEFORE_THE_SAMPLER], ids=lambda p: p.name
 )
 def test_a_committed_study_has_empty_energy_columns_that_say_why(study):
     """Their datasets are what finalize builds today (tests/test_fixed_raw_sets.py): the cells
@@ -206,3 +217,18 @@ def test_a_committed_study_has_empty_energy_columns_that_say_why(study):
         ok = frame[frame["status"] == "ok"]
         assert not ok.empty and (ok["telemetry_note"] == NO_TELEMETRY).all()
         assert ok[[c for c in VALUES if c in ok.columns]].isna().all().all()
+
+
+def test_the_h100_study_has_the_gpus_energy_for_every_measured_cell():
+    """studies/h100-real, measured with the sampler on an H100: every measured cell has the
+    energy counter's joules, the sampled power's integral agrees with it within a few percent,
+    and its joules per output token and tokens per kWh are one another's inverse."""
+    study = REPO / "studies/h100-real"
+    for name in ("dataset.csv", "natural.csv"):
+        ok = pd.read_csv(study / "dataset" / name).query("status == 'ok'")
+        assert len(ok) >= 8 and ok["telemetry_note"].isna().all()
+        assert (ok["energy_source"] == "counter").all() and (ok["gpu"] == "NVIDIA H100 80GB HBM3").all()
+        ratio = ok["energy_j_integrated"] / ok["energy_j"]
+        assert ratio.median() == pytest.approx(1, abs=0.05) and ratio.between(0.85, 1.1).all(), ratio
+        kwh = ok["joules_per_output_token"] * ok["output_tokens_per_kwh"]
+        assert kwh.to_numpy() == pytest.approx(3.6e6, rel=1e-3)

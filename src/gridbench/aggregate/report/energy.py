@@ -35,12 +35,19 @@ def measured_cells(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> pd.Da
     """The measured depth and natural cells, each with a label and its throughput (decode
     tok/s at a depth, output tok/s of a natural level) beside its energy columns."""
     depth = analysis.measured(dataset)
-    parts = [depth.assign(cell=[f"depth {d}" for d in depth["context_tokens"]], tok_s=depth["decode_tps"])]
+    parts = [_cells(depth, [f"depth {d}" for d in depth["context_tokens"]], depth["decode_tps"])]
     if natural is not None:
         ok = analysis.measured(natural)
         labels = [f"{c} @ c{n}" for c, n in zip(ok["prompt_class"], ok["concurrency"], strict=True)]
-        parts.append(ok.assign(cell=labels, tok_s=ok["output_tok_s"]))
-    return pd.concat([p.reindex(columns=list(_COLUMNS)) for p in parts], ignore_index=True)
+        parts.append(_cells(ok, labels, ok["output_tok_s"]))
+    return pd.concat(parts, ignore_index=True)
+
+
+def _cells(frame: pd.DataFrame, labels: list[str], tok_s: pd.Series) -> pd.DataFrame:
+    """The section's columns of ``frame``, taken before the two are added: a dataset's
+    hundred nullable columns are a hundred blocks, which pandas warns of on every insert."""
+    own = frame.reindex(columns=[c for c in _COLUMNS if c not in ("cell", "tok_s")])
+    return own.assign(cell=labels, tok_s=tok_s).reindex(columns=list(_COLUMNS))
 
 
 def _with_energy(cells: pd.DataFrame) -> pd.DataFrame:
