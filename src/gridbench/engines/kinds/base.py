@@ -56,7 +56,7 @@ class EngineKind(ABC):
     compile_cache_miss_line: str | None = None
     compile_cache_hit_line: str | None = None
 
-    def fresh_prompt_fields(self, nonce: str) -> dict[str, object]:
+    def fresh_prompt_fields(self, nonce: str) -> Mapping[str, bool | str]:
         """What a chat request adds so that no cache of earlier requests' prompts serves it:
         a prompt computed over cached keys and values rounds differently from one computed
         whole, which flips a greedy near-tie, so a quality cell's answers would depend on what

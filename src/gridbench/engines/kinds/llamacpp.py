@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from gridbench.engines.kinds.base import EngineKind, LoadInversionCause
@@ -52,7 +52,7 @@ class LlamaCpp(EngineKind):
     # no reset_prefix_cache: llama.cpp reuses slots per request, and with prefix caching off
     # the server runs with --no-cache-prompt
 
-    def fresh_prompt_fields(self, nonce: str) -> dict[str, object]:
+    def fresh_prompt_fields(self, nonce: str) -> Mapping[str, bool | str]:
         return {"cache_prompt": False}  # the slot's cached prefix is not reused
 
     def serve_args(self, cfg: ServingConfig, host: str, port: int) -> list[str]:

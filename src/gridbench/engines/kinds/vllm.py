@@ -62,7 +62,7 @@ class VLLM(EngineKind):
     )
     compile_cache_hit_line = r"Directly load the compiled graph|Directly load AOT compilation"
 
-    def fresh_prompt_fields(self, nonce: str) -> dict[str, object]:
+    def fresh_prompt_fields(self, nonce: str) -> Mapping[str, bool | str]:
         return {"cache_salt": nonce}  # a prefix cache of its own, which nothing else fills
 
     def serve_args(self, cfg: ServingConfig, host: str, port: int) -> list[str]:
