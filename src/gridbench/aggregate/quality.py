@@ -60,8 +60,9 @@ CHARACTERS = "characters"
 # a greedy choice this close (nats) to the runner-up may flip on rounding alone: on
 # llama.cpp's CPU build a batch computes a token's log-probability up to ~0.015 nats away
 # from one-token decoding (tests/test_quality.py measures it), and margins are mostly
-# whole nats. (A prompt computed over another request's cached prefix rounds differently
-# too: the quality cells' requests compute theirs whole, EngineKind.fresh_prompt_fields.)
+# whole nats. (What the engine served before changes the rounding too: a quality cell's
+# requests reuse no cached prefix, EngineKind.fresh_prompt_fields, and on llama.cpp the cell
+# runs on an engine started for it, EngineKind.answers_depend_on_what_it_served.)
 NEAR_TIE_NATS = 0.1
 
 

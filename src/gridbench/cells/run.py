@@ -72,7 +72,7 @@ def run_cell(spec: Cell, outputs: dict[str, Path]) -> int:
     prefix = layout.SCRATCH_PREFIX.format(config=cfg.name, cell_id=spec.cell_id, started_s=int(time.time()))
     scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=TMP_DIR))
     try:
-        with _signals_interrupt(), manager.lease(cfg) as engine:
+        with _signals_interrupt(), manager.lease(cfg, fresh=spec.needs_fresh_engine) as engine:
             log.info(
                 f"{spec.what}: engine {'reused' if engine.reused else 'started'} "
                 f"at {engine.base_url} (slot {engine.slot})"

@@ -46,6 +46,9 @@ class EngineEvent:
     compile_cache_key: str | None = field(default=None, metadata=OMITTED)
     compile_cache: str | None = field(default=None, metadata=OMITTED)
     compile_cache_files: int | None = field(default=None, metadata=OMITTED)
+    # a start's: its cell asked for an engine that has served nothing, and a warm one of the
+    # same config, if any, was stopped for it (Cell.needs_fresh_engine)
+    fresh: bool = field(default=False, metadata=OMITTED)
 
     @property
     def at(self) -> datetime:

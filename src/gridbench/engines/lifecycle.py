@@ -118,8 +118,10 @@ def start_engine(
     owner: EngineOwner,
     store: SlotStore,
     all_slots: Sequence[str],
+    fresh: bool = False,
 ) -> SlotState:
-    """Start ``cfg``'s engine on ``slots`` (which run none) and wait until it answers.
+    """Start ``cfg``'s engine on ``slots`` (which run none) and wait until it answers;
+    ``fresh``: its cell asked for an engine that has served nothing (the start event says so).
 
     Returns its record, as written in each of its slots. An engine that does not get ready
     is stopped: a half-started engine never holds the GPU."""
@@ -130,7 +132,15 @@ def start_engine(
     started_at = now_iso()
     cache = compile_cache.prepare(cfg, fingerprint, image)
     handle = _launch(
-        cfg, slots, plan, runtime, owner=owner, fingerprint=fingerprint, started_at=started_at, cache=cache
+        cfg,
+        slots,
+        plan,
+        runtime,
+        owner=owner,
+        fingerprint=fingerprint,
+        started_at=started_at,
+        cache=cache,
+        fresh=fresh,
     )
     state = SlotState(
         owner=owner.name,
@@ -178,6 +188,7 @@ def _launch(
     fingerprint: str,
     started_at: str,
     cache: compile_cache.CacheUse | None,
+    fresh: bool,
 ) -> RuntimeHandle:
     """Log the start, mark it in the engine's log and start its process or container."""
     log_path = ENGINE_LOG_DIR / f"{cfg.name}.log"
@@ -192,6 +203,7 @@ def _launch(
             owner=owner.name,
             compile_cache_key=cache.cache.key if cache else None,
             compile_cache_files=cache.cache.artifacts_before if cache else None,
+            fresh=fresh,
         )
     )
     with log_path.open("a") as engine_log:

@@ -138,8 +138,9 @@ class SlotManager:
         return views
 
     @contextlib.contextmanager
-    def lease(self, cfg: ServingConfig) -> Iterator[EngineLease]:
-        """A ready engine for ``cfg`` on slots held for the duration of the block.
+    def lease(self, cfg: ServingConfig, *, fresh: bool = False) -> Iterator[EngineLease]:
+        """A ready engine for ``cfg`` on slots held for the duration of the block: a warm
+        one, or with ``fresh`` one started for it, which has served nothing before.
 
         A config with tensor_parallel_size k takes k slots."""
         need = cfg.serving.tensor_parallel_size
@@ -179,7 +180,7 @@ class SlotManager:
             if choice:
                 locks = [view.lock for view in views if view.name in chosen and view.lock]
                 try:
-                    yield self._ensure(cfg, chosen, fingerprint, reuse=choice.warm)
+                    yield self._ensure(cfg, chosen, fingerprint, reuse=choice.warm, fresh=fresh)
                 finally:
                     for slot in chosen:
                         self.store.remove_holder(slot)
@@ -213,11 +214,12 @@ class SlotManager:
         )
 
     def _ensure(
-        self, cfg: ServingConfig, slots: tuple[str, ...], fingerprint: str, *, reuse: bool
+        self, cfg: ServingConfig, slots: tuple[str, ...], fingerprint: str, *, reuse: bool, fresh: bool
     ) -> EngineLease:
-        """The engine of ``cfg`` on the held ``slots``: the warm one, or one started there."""
+        """The engine of ``cfg`` on the held ``slots``: the warm one unless ``fresh``, or one
+        started there."""
         state = self.store.read_state(slots[0])
-        if reuse and state and runtime_of(state.handle).is_running(state.handle):
+        if reuse and not fresh and state and runtime_of(state.handle).is_running(state.handle):
             log_event(
                 EngineEvent(
                     event="reuse", config=cfg.name, slot=slots[0], slots=slots, fingerprint=fingerprint
@@ -230,7 +232,7 @@ class SlotManager:
             if state := self.store.read_state(slot):
                 stop_engine(state, self.store, slot=slot)
         started = start_engine(
-            cfg, slots, fingerprint, owner=self.owner, store=self.store, all_slots=self.slots
+            cfg, slots, fingerprint, owner=self.owner, store=self.store, all_slots=self.slots, fresh=fresh
         )
         return EngineLease.of(started, reused=False, headers=api_headers(cfg))
 

@@ -129,6 +129,12 @@ class Cell(ABC):
         return self.config.name
 
     @property
+    def needs_fresh_engine(self) -> bool:
+        """Whether it measures on an engine that has served nothing before it (a warm one is
+        replaced)."""
+        return False
+
+    @property
     @abstractmethod
     def cell_id(self) -> str: ...
 

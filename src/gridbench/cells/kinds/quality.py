@@ -114,6 +114,12 @@ class QualityCell(Cell):
     def what(self) -> str:
         return f"cell {self.name} quality"
 
+    @property
+    def needs_fresh_engine(self) -> bool:
+        # its greedy answers are compared token by token: they must not depend on what the
+        # engine served before
+        return engine_kind(self.config.engine.kind).answers_depend_on_what_it_served
+
     def files(self) -> CellFiles:
         return QUALITY.patterns.files(config=self.name)
 

@@ -55,6 +55,10 @@ class EngineKind(ABC):
     # what an earlier start compiled (a hit): regular expressions, searched line by line
     compile_cache_miss_line: str | None = None
     compile_cache_hit_line: str | None = None
+    # its answer to a request rounds differently by what it served before (where earlier
+    # requests left their keys and values), so a greedy near-tie may flip on a warm engine:
+    # a quality cell then asks for a fresh one
+    answers_depend_on_what_it_served: bool = False
 
     def fresh_prompt_fields(self, nonce: str) -> Mapping[str, bool | str]:
         """What a chat request adds so that no cache of earlier requests' prompts serves it:
