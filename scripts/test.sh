@@ -64,15 +64,17 @@ expect_jobs bench_cell 8 --configfile config/ci-vllm.yaml
 expect_jobs bench_cached_cell 3 --configfile config/mechanism.yaml  # the prefix-cache pass: depths 256-1024
 expect_jobs natural_cell 32 --configfile config/demo.yaml  # 4 configs x 4 prompt classes x c = 1, 4
 
-step "tests"
-python -m pytest -q -m "not slurm" --durations=15 tests
+# every test runs once: those that start engines, containers or Snakemake in their declared
+# order, the rest in a random order
+step "tests with real engines, containers and workflows"
+python -m pytest -q -m "not slurm and (integration or docker or workflow or vllm)" --durations=15 tests
 
-step "unit tests once more, in a random order (a guard against tests that depend on order)"
+step "unit tests, in a random order (a guard against tests that depend on order)"
 # a fresh seed each run, printed: --random-order-seed=N replays a failing order
 seed=$RANDOM
 echo "random order seed $seed"
 python -m pytest -q -p no:cacheprovider --random-order-bucket=global --random-order-seed="$seed" \
-    -m "not integration and not docker and not workflow and not vllm and not slurm" tests
+    -m "not integration and not docker and not workflow and not vllm and not slurm" --durations=10 tests
 
 step "the demo sweep on real weights, end to end"
 # from nothing, as on a fresh clone: the model is installed and checked, its copies written,

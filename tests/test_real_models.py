@@ -27,7 +27,7 @@ SMOLLM2 = REAL_MODELS["smollm2-135m-instruct"]
 PROMPTS = load_yaml(REPO / "src/gridbench/data/prompts.yaml")  # seed 000's four, verbatim
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once, however the tests are shuffled
 def smollm2(tmp_path_factory) -> Path:
     """The demo's model folder, written once: the shipped Q4_1 and its Q8_0, F16, Q4_0 copies."""
     outdir = tmp_path_factory.mktemp("smollm2")

@@ -157,7 +157,12 @@ def start_engine(
         compile_cache=cache.cache if cache else None,
     )
     _record(state, store)
-    state = _wait_until_ready(cfg, state, store, runtime)
+    return _ready(cfg, _wait_until_ready(cfg, state, store, runtime), store, runtime)
+
+
+def _ready(cfg: ServingConfig, state: SlotState, store: SlotStore, runtime: Runtime) -> SlotState:
+    """The ready engine's record, with what its start made of the compile cache, written and
+    logged as the ready event."""
     if state.compile_cache is not None:
         log = runtime.log_tail(state.handle, lines=COMPILE_LOG_LINES)
         state = dataclasses.replace(
@@ -168,8 +173,8 @@ def start_engine(
         EngineEvent(
             event="ready",
             config=cfg.name,
-            slot=slot,
-            fingerprint=fingerprint,
+            slot=state.slots[0],
+            fingerprint=state.fingerprint,
             ready_s=state.ready_s,
             compile_cache=state.compile_cache.found if state.compile_cache else None,
             compile_cache_files=state.compile_cache.artifacts_after if state.compile_cache else None,
