@@ -104,8 +104,8 @@ assert "Acceptance depends on the prompt class" in report and "ended on EOS" in 
 assert "Mechanism check" not in report  # every checkpoint here holds real weights
 # quality on real weights: the Q8_0 reference against itself agrees everywhere, Q4_1 parts from
 # it, and greedy speculation changes no answer of its plain twin (each config's answers computed
-# on an engine started for its quality cell, no cached prefix reused), unless where the plain twin's token was a near-tie that rounding in
-# batched verification flips
+# on an engine started for its quality cell, no cached prefix reused), unless where the plain
+# twin's token was a near-tie that rounding in batched verification flips
 quality = pd.read_csv("dataset/quality.csv").set_index("config")
 print(quality[["reference", "identical_outputs_pct", "first_difference_mean_tokens", "token_match_pct",
                "baseline", "lossless_mismatches", "lossless_mismatches_beyond_ties",
