@@ -3,9 +3,11 @@ starts so that a later start of the same engine loads what an earlier one compil
 
 The folder is ``layout.ENGINE_CACHE``, keyed by the start's fingerprint (its command, env,
 model, speculation, serving settings and serve flags: ``ServingConfig.fingerprint``) and the
-engine's build: a container's image id, or a process's command file (its real path, size and
-modification time, which an install or upgrade rewrites). A cache is therefore never offered to
-another engine version, model or set of serve flags. The compiled files a start finds there
+engine's build: a container's image id, or a process's command file (its real path and content)
+with, for a Python engine, the installed version of its distribution as the command's own
+interpreter finds it. A cache is therefore never offered to another engine version, model or set
+of serve flags, and a launcher written again with the same content (a GPU runner sets up its
+environment anew on each run and each loan) keeps its key. The compiled files a start finds there
 are counted before the launch, those it left once it is ready; whether it used them is read
 from the engine's own log lines since its launch (a warm folder is no hit: vLLM may find the
 files and still compile again). The engine still starts and is warmed in full either way:
@@ -19,6 +21,7 @@ import hashlib
 import json
 import re
 import shutil
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,18 +57,39 @@ class CacheUse:
     mounts: Mapping[str, str]  # host folder -> container path; none for a local process
 
 
-def _build_identity(image: ImageInfo) -> str:
+def build_identity(image: ImageInfo, distribution: str | None = None) -> str:
     """What names the engine's build before it runs: a container's image id, or the command's
-    file (real path, size, modification time) of a local process."""
+    file (real path, content hash) of a local process, with the version of ``distribution``
+    that the file's interpreter has installed where the file is a Python script."""
     if image.image_id:
         return image.image_id
     command = image.command[0] if image.command else ""
-    found = shutil.which(command) or command
+    found = Path(shutil.which(command) or command).resolve()
     try:
-        stat = Path(found).resolve().stat()
+        content = found.read_bytes()
     except OSError:
         return f"{found}:absent"
-    return f"{Path(found).resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+    identity = f"{found}:{hashlib.sha256(content).hexdigest()[:16]}"
+    if distribution is None:
+        return identity
+    return f"{identity}:{distribution}=={_installed_version(content, distribution)}"
+
+
+def _installed_version(script: bytes, distribution: str) -> str:
+    """The version of ``distribution`` installed for the interpreter on the script's ``#!``
+    line (in this environment: PYTHONPATH counts), or what kept it from being read."""
+    shebang = script.split(b"\n", 1)[0]
+    if not shebang.startswith(b"#!") or b"python" not in shebang:
+        return "not a Python script"
+    interpreter = shebang[2:].decode(errors="replace").split()
+    probe = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
+    try:
+        done = subprocess.run(
+            [*interpreter, "-c", probe, distribution], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"unread ({type(error).__name__})"
+    return done.stdout.strip() if done.returncode == 0 else "not installed"
 
 
 def cache_key(fingerprint: str, build: str) -> str:
@@ -84,7 +108,7 @@ def prepare(cfg: ServingConfig, fingerprint: str, image: ImageInfo) -> CacheUse 
     kind = engine_kind(cfg.engine.kind)
     if kind.compile_cache_variable is None:
         return None
-    key = cache_key(fingerprint, _build_identity(image))
+    key = cache_key(fingerprint, build_identity(image, kind.distribution))
     folder = Path(layout.ENGINE_CACHE.format(kind=kind.name, key=key))
     folder.mkdir(parents=True, exist_ok=True)
     before = count_artifacts(folder, kind.compile_cache_artifacts)

@@ -55,6 +55,9 @@ class EngineKind(ABC):
     # what an earlier start compiled (a hit): regular expressions, searched line by line
     compile_cache_miss_line: str | None = None
     compile_cache_hit_line: str | None = None
+    # the Python distribution a local process runs (its command a script of that Python): its
+    # installed version names the process's build in the compile cache's key
+    distribution: str | None = None
     # its answer to a request rounds differently by what it served before (where earlier
     # requests left their keys and values), so a greedy near-tie may flip on a warm engine:
     # a quality cell then asks for a fresh one

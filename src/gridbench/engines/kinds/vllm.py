@@ -61,6 +61,7 @@ class VLLM(EngineKind):
         r"Compiling a graph for compile range|Compiling model again due to a load failure"
     )
     compile_cache_hit_line = r"Directly load the compiled graph|Directly load AOT compilation"
+    distribution = "vllm"
 
     def fresh_prompt_fields(self, nonce: str) -> Mapping[str, bool | str]:
         return {"cache_salt": nonce}  # a prefix cache of its own, which nothing else fills
