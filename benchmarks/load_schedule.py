@@ -6,7 +6,9 @@ Prints, against the issue's target (p99 <= 1 ms at the highest rate a study uses
   * the same lag as the server saw it (the kernel's receive stamp of the request, on the
     same monotonic clock), which checks the harness's own record,
   * the reference, measured in the same run: a bare asyncio loop waking at the same due
-    times and doing nothing else (what the machine's scheduler gives any Python client).
+    times and doing nothing else (what the machine's scheduler gives any Python client),
+  * what one full garbage collection of this process's heap costs, and what it costs with that
+    heap frozen, as the harness freezes it while its schedule runs.
 
 usage: python benchmarks/load_schedule.py [--rate 100] [--requests 1000]   (repository root, project venv)
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import re
 import sys
 import time
@@ -59,6 +62,19 @@ def harness_lags_ms(
     return [r.lag_ms for r in load.load_requests(run)], list(run.due_ns)
 
 
+def full_collection_ms(frozen: bool) -> float:
+    """One full collection's time, the heap as it is or frozen first (the median of five)."""
+    if frozen:
+        gc.freeze()
+    times = []
+    for _ in range(5):
+        start = time.perf_counter_ns()
+        gc.collect()
+        times.append((time.perf_counter_ns() - start) / 1e6)
+    gc.unfreeze()
+    return sorted(times)[2]
+
+
 def line(name: str, lags_ms: list[float]) -> str:
     ordered = sorted(lags_ms)
     p50, p99 = nearest_rank(ordered, 50), nearest_rank(ordered, 99)
@@ -89,6 +105,11 @@ def main() -> None:
     p99 = nearest_rank(sorted(lags), 99)
     verdict = "meets" if p99 is not None and p99 <= TARGET_P99_MS else "misses"
     print(f"  harness p99 {p99:.3f} ms {verdict} the target of {TARGET_P99_MS:g} ms")
+    print(
+        f"  a full collection of this process's {len(gc.get_objects())} objects: "
+        f"{full_collection_ms(frozen=False):.2f} ms; frozen, as during the schedule: "
+        f"{full_collection_ms(frozen=True):.2f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ and with slots a capacity fixed by its pacing), the config and the workflow's pl
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib.util
 import itertools
 import json
@@ -227,6 +228,29 @@ def test_the_open_loop_keeps_its_schedule_whatever_the_server_takes(paced_module
     assert summary.sent_req_s == pytest.approx((count - 1) / requests[-1].scheduled_s, rel=0.02)
     assert summary.sent_req_s == pytest.approx(rate, rel=0.25)
     assert not summary.saturated  # the paced server has no queue without slots
+
+
+def test_no_collection_during_the_schedule_scans_what_the_process_held_before_it(paced_module):
+    """A full collection of a cell process's heap takes ~10 ms (benchmarks/load_schedule.py
+    prints it): on the H100 one request in each of two saturated cells went out 12-14 ms late.
+    While the schedule runs, everything alive before it is frozen out of the collector's reach
+    (so a collection then scans only the run's own objects), and released after."""
+    plan = natural.LevelPlan("Write a story.", 1, 8, 0, 4, 0, True, {}, 60)
+    before = len(gc.get_objects())
+    frozen_while_sending = []
+    with paced_module.PacedServer(ttft_ms=5, gap_ms=1, tokens=4, processes=1) as server:
+        asyncio.run(
+            load.send_open_loop(
+                natural.Endpoint(server.base_url, "paced"),
+                [plan.request(i) for i in range(8)],
+                schedule(POISSON, 50.0, 8, seed=0).offsets_s,
+                60,
+                lambda _trace: frozen_while_sending.append(gc.get_freeze_count()),
+            )
+        )
+    assert len(frozen_while_sending) == 8
+    assert min(frozen_while_sending) >= 0.9 * before, (before, frozen_while_sending)
+    assert gc.get_freeze_count() == 0
 
 
 # the paced server with 2 slots of 20 ms TTFT and 16 more tokens every 5 ms: 100 ms a request,
