@@ -14,8 +14,10 @@ import report_fixtures as rf
 from conftest import gridbench
 from gridbench import layout
 from gridbench.aggregate import dataset, natural
+from gridbench.aggregate.records import load_json
 from gridbench.cells.kinds.natural import NaturalCellPlan
 from gridbench.cells.plan import natural_plan
+from gridbench.errors import ResultFileError
 from gridbench.layout import CellFiles
 from gridbench.util import codec
 
@@ -124,6 +126,23 @@ def test_skipped_cells_are_rows_too(tmp_path, monkeypatch):
     assert list(skipped["context_tokens"]) == [262144] * 3
     assert skipped["reason"].str.contains("exceeds max_model_len 262144").all()
     assert list(frame["context_tokens"]) == [0, 262144] * 3  # each config's rows together
+
+
+def test_a_raw_file_reads_as_the_standard_library_reads_it_nan_included(tmp_path):
+    """The fast reader (orjson) refuses NaN and Infinity, which llama-benchy's json.dump writes
+    for a statistic it could not compute: such a file still reads, as json.loads reads it."""
+    written = {"benchmarks": [{"tg_throughput": {"mean": 12.5, "std": math.nan}, "peak": math.inf}]}
+    path = tmp_path / "depth_0.json"
+    path.write_text(json.dumps(written))
+    assert "NaN" in path.read_text()
+    read = load_json(path)
+    assert read["benchmarks"][0]["tg_throughput"]["mean"] == 12.5
+    assert math.isnan(read["benchmarks"][0]["tg_throughput"]["std"])
+    assert read["benchmarks"][0]["peak"] == math.inf
+    assert load_json(tmp_path / "absent.json") is None
+    path.write_bytes(b"\xff{")
+    with pytest.raises(ResultFileError, match="not valid JSON"):
+        load_json(path)
 
 
 @pytest.mark.parametrize(
