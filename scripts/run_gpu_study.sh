@@ -26,6 +26,9 @@
 #                        comes first
 #          BUDGET_S      seconds this script may take in all (570); the sweep is stopped
 #                        PACK_S (40) before that
+#          CAPACITY_SEARCH  1: after the sweep, `gridbench load-search` bisects each config's
+#                        capacity under the study's SLO (its probes are load cells, each
+#                        an engine lease of its own), then the sweep renders them
 # Exits non-zero, after packing what there is, when a step failed or no cell was measured.
 # $OUT receives at most 8 files: run.log, study.tar.gz, dataset.csv, comparison.md and,
 # when this run built llama.cpp, llamacpp-cuda-bin.tar.gz (split into .part-* pieces of
@@ -218,6 +221,19 @@ sweep() {
         snakemake -j1 --scheduler greedy --configfile "${configs[@]}" "$@"
 }
 
+# capacity_search [SNAKEMAKE_ARGS...]: the load section's capacity search, stopped in time to
+# render and pack; a stopped search resumes next run (its probes' raw files are read back)
+capacity_search() {
+    local left=$((budget - SECONDS - pack_s - 30)) files=()
+    if [ "$left" -lt 60 ]; then
+        echo "only $left s left for the capacity search: skipped"
+        return 1
+    fi
+    for config in "${configs[@]}"; do files+=(--configfile "$config"); done
+    echo "the capacity search may take $left s"
+    timeout --signal=INT --kill-after=20 "$left" gridbench load-search "${files[@]}" "$@"
+}
+
 # where this run's dataset and report are: partial/dataset, where a failed sweep leaves them
 # (the workflow's onerror), else the workflow's own dataset/
 dataset_dir() {
@@ -290,6 +306,10 @@ if timed carry carried && timed python_env python_env; then # (its PATH and PYTH
     if [ "$built" -eq 0 ] && timed models bash scripts/prepare_gpu_models.sh --study "$study"; then
         timed earlier_results earlier_results
         timed sweep sweep "$@"
+        if [ "${CAPACITY_SEARCH:-}" = 1 ]; then
+            # the dataset and report with the probed rates (the search measures, the sweep renders)
+            timed capacity_search capacity_search "$@" && timed render sweep "$@"
+        fi
     fi
     timed finish finish
 fi

@@ -55,7 +55,7 @@ def fake_bin(tmp_path) -> Path:
 
 
 def run_study(
-    tree: Path, fake_bin: Path, tmp_path: Path, **env: str
+    tree: Path, fake_bin: Path, tmp_path: Path, *args: str, **env: str
 ) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path / "out"
     (tmp_path / "carry").mkdir(parents=True, exist_ok=True)  # no wheels, no llama.cpp sources
@@ -70,7 +70,7 @@ def run_study(
         **env,
     }
     result = subprocess.run(
-        ["bash", tree / "scripts/run_gpu_study.sh"],
+        ["bash", tree / "scripts/run_gpu_study.sh", *args],
         capture_output=True,
         text=True,
         env=study_env,
@@ -181,3 +181,28 @@ def test_compile_caches_that_do_not_fit_what_comes_back_are_left_behind_and_said
     assert result.returncode == 0, result.stdout[-3000:]
     assert "the compile caches do not fit what comes back" in result.stdout
     assert not list(out.glob("engine-cache.tar.gz*"))
+
+
+def test_the_capacity_search_runs_after_the_sweep_on_the_study_files_and_the_sweep_renders_its_probes(
+    tree, fake_bin, tmp_path
+):
+    """CAPACITY_SEARCH=1: gridbench load-search over the study's config files and the run's
+    arguments (here reading the H100 study's load cells, no probe allowed), then a second sweep."""
+    executable(fake_bin / "snakemake", FAKE_SNAKEMAKE + "echo sweep >> sweeps.log\n")
+    executable(tree / "resources/llamacpp-cuda/bin/llama-server", FAKE_LLAMA_SERVER)
+    (tree / "resources/llamacpp-cuda/bin/.carried").write_text("carried\n")
+    shutil.copytree(REPO / "studies/h100-real/results/load", tree / "results/load")
+    no_probe = tmp_path / "no-probe.yaml"
+    no_probe.write_text("load:\n  search:\n    max_probes: 0\n")
+    study = [REPO / "config/studies" / name for name in ("h200-real.yaml", "h200-real-quality-load.yaml")]
+    result, _ = run_study(
+        tree, fake_bin, tmp_path, "--config", "config=L_q4_1_none",
+        STUDY_CONFIG=" ".join(map(str, [*study, no_probe])), CELL_STATUS="ok", CAPACITY_SEARCH="1",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert (
+        "capacity search: L_q4_1_none code poisson: meets the SLO at 16 req/s, misses it at 64 req/s"
+        " after 0 added rates" in result.stdout
+    )
+    assert "R_bf16_none" not in (tree / "dataset/load.csv").read_text()  # the run's --config
+    assert (tree / "sweeps.log").read_text() == "sweep\nsweep\n"
