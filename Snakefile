@@ -21,6 +21,7 @@ include: "workflow/rules/bench.smk"
 include: "workflow/rules/natural.smk"
 include: "workflow/rules/quality.smk"
 include: "workflow/rules/load.smk"
+include: "workflow/rules/sessions.smk"
 include: "workflow/rules/dataset.smk"
 include: "workflow/rules/report.smk"
 

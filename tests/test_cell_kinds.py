@@ -30,8 +30,8 @@ def mechanism_grid(**overrides: object) -> Grid:
     return load_grid(config, "mechanism.yaml")
 
 
-def test_the_registry_holds_the_five_kinds_in_a_configs_run_order():
-    assert list(CELL_KINDS) == ["benchy", "natural", "quality", "load", "benchy-cached"]
+def test_the_registry_holds_the_six_kinds_in_a_configs_run_order():
+    assert list(CELL_KINDS) == ["benchy", "natural", "quality", "load", "benchy-cached", "session"]
 
 
 @pytest.mark.parametrize("name", list(CELL_KINDS))

@@ -54,7 +54,7 @@ from gridbench.config.resolve import (
     ServingOverrides,
 )
 from gridbench.harness.arrivals import Arrival, LoadSettings, Slo
-from gridbench.harness.prompts import NaturalSettings
+from gridbench.harness.prompts import NaturalSettings, SessionSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,6 +95,7 @@ MIRRORS = {
     LoadSettings,
     Arrival,
     Slo,
+    SessionSettings,
 }
 
 

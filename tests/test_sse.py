@@ -106,7 +106,9 @@ def test_edge_cases(stream, events):
         pytest.param(
             '{"choices":[],"usage":{"completion_tokens":512,"prompt_tokens":9}}',
             None,
-            StreamChunk(completion_tokens=512),
+            StreamChunk(
+                completion_tokens=512, counts=(("usage.completion_tokens", 512), ("usage.prompt_tokens", 9))
+            ),
             id="usage",
         ),
         pytest.param('{"choices":[],"usage":null}', None, StreamChunk(), id="usage-null"),

@@ -42,7 +42,8 @@ wildcard_constraints:
 def get_final_outputs():
     """The datasets, graphs, report and explorer (the depth dataset is empty in a study without a
     llama-benchy sweep; the natural dataset exists when the study has a natural matrix, the
-    quality dataset when it has a quality section, the load dataset when it has a load section).
+    quality dataset when it has a quality section, the load dataset when it has a load section,
+    the sessions dataset when it has a sessions section).
     """
     outputs = [
         layout.DATASET_CSV,
@@ -58,6 +59,8 @@ def get_final_outputs():
         outputs += [layout.QUALITY_CSV, layout.QUALITY_PARQUET]
     if GRID.load:
         outputs += [layout.LOAD_CSV, layout.LOAD_PARQUET]
+    if GRID.sessions:
+        outputs += [layout.SESSIONS_CSV, layout.SESSIONS_PARQUET]
     return outputs
 
 
@@ -87,6 +90,10 @@ def get_load_results(wildcards):
     return _results_of("load")
 
 
+def get_session_results(wildcards):
+    return _results_of("sessions")
+
+
 def get_graphs(wildcards):
     """Every graph of the study, in report order (natural ones with a natural matrix, the
     quality one with a quality section)."""
@@ -110,10 +117,16 @@ def get_explorer_inputs(wildcards):
 
 
 def get_report_inputs(wildcards):
-    """The explorer's inputs, the graphs, and the load dataset where the study has a load
-    section."""
+    """The explorer's inputs, the graphs, and the load and sessions datasets where the study
+    has those sections."""
     load = {"load": layout.LOAD_PARQUET} if GRID.load else {}
-    return {**get_explorer_inputs(wildcards), **load, "graphs": get_graphs(wildcards)}
+    sessions = {"sessions": layout.SESSIONS_PARQUET} if GRID.sessions else {}
+    return {
+        **get_explorer_inputs(wildcards),
+        **load,
+        **sessions,
+        "graphs": get_graphs(wildcards),
+    }
 
 
 def get_report_natural_option(wildcards):
@@ -128,10 +141,11 @@ def get_explorer_dataset_options(wildcards):
 
 
 def get_report_dataset_options(wildcards):
-    """The explorer's options and the report's --load where the study has a load section:
-    a study without one keeps the report's command line as it was."""
+    """The explorer's options and the report's --load and --sessions where the study has
+    those sections: a study without them keeps the report's command line as it was."""
     load = f" --load {layout.LOAD_PARQUET}" if GRID.load else ""
-    return get_explorer_dataset_options(wildcards) + load
+    sessions = f" --sessions {layout.SESSIONS_PARQUET}" if GRID.sessions else ""
+    return get_explorer_dataset_options(wildcards) + load + sessions
 
 
 def get_engine_files(wildcards):
@@ -250,6 +264,7 @@ localrules:
     build_natural_dataset,
     build_quality_dataset,
     build_load_dataset,
+    build_sessions_dataset,
     plot_depth_graphs,
     plot_natural_graphs,
     plot_quality_graph,

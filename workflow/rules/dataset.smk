@@ -53,6 +53,21 @@ rule build_load_dataset:
         " --csv {output.csv:q} --parquet {output.parquet:q} > {log:q} 2>&1"
 
 
+rule build_sessions_dataset:
+    input:
+        get_session_results,
+    output:
+        csv=layout.SESSIONS_CSV,
+        parquet=layout.SESSIONS_PARQUET,
+    log:
+        "logs/dataset/build_sessions_dataset.log",
+    params:
+        grid=GRID_FILE,
+    shell:
+        "gridbench sessions-dataset --grid {params.grid:q}"
+        " --csv {output.csv:q} --parquet {output.parquet:q} > {log:q} 2>&1"
+
+
 rule build_quality_dataset:
     input:
         get_quality_results,

@@ -13,6 +13,7 @@ from gridbench.cells.kinds.benchy import BENCHY, CACHED, DepthCellPlan
 from gridbench.cells.kinds.load import LOAD, LoadCellPlan
 from gridbench.cells.kinds.natural import NATURAL, NaturalCellPlan
 from gridbench.cells.kinds.quality import QUALITY, QualityCellPlan
+from gridbench.cells.kinds.session import SESSION, SessionCellPlan
 from gridbench.config.grid import Grid, ServingConfig
 from gridbench.errors import ConfigError
 from gridbench.harness.arrivals import Slo
@@ -137,6 +138,29 @@ def load_plan(grid: Grid, *, searched: bool = False) -> LoadPlan:
         cells=cells,
         slo=grid.load.slo,
         gpu_hour_usd=grid.study.hardware.gpu_hour_usd,
+    )
+
+
+@dataclass(frozen=True)
+class SessionPlan:
+    """What the sessions dataset reads: the session cells in run order, and their turns."""
+
+    configs: dict[str, ServingConfig]
+    cells: tuple[SessionCellPlan, ...]
+    turns: int
+
+
+def session_plan(grid: Grid) -> SessionPlan:
+    if grid.sessions is None:
+        raise ConfigError(
+            f"{grid.source}: the grid has no sessions section, so no sessions dataset",
+            hint="add a sessions: section to the config (docs/config-reference.md#sessions)",
+        )
+    selected = grid.selected()
+    return SessionPlan(
+        configs={c.name: c for c in selected},
+        cells=SESSION.plan(grid, selected).cells,
+        turns=grid.sessions.conversation.turns,
     )
 
 

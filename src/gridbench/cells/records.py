@@ -75,13 +75,26 @@ class LoadInvocation:
 
 
 @dataclass(frozen=True)
+class SessionInvocation:
+    """How a session cell's conversations ran: where they went, its clock, its warm-ups."""
+
+    url: str
+    model: str
+    started_at: str
+    finished_at: str
+    wall_s: float  # of the conversations alone
+    warmup: tuple[WarmupOutcome, ...]
+    concurrent_sessions: int  # the provenance's key that no other invocation has
+
+
+@dataclass(frozen=True)
 class Measured:
     """What a cell's measurement produced: its output files' bytes and its part of the
     cell's provenance record."""
 
     files: dict[str, bytes]  # by output key ("raw")
     versions: provenance.Versions
-    bench: BenchyInvocation | NaturalInvocation | QualityInvocation | LoadInvocation
+    bench: BenchyInvocation | NaturalInvocation | QualityInvocation | LoadInvocation | SessionInvocation
     prefix_cache_reset: bool  # whether the engine's prefix cache was emptied before the cell
     spec_decode: Acceptance | None  # None without speculation
 
@@ -97,6 +110,7 @@ class CellCoordinates:
     # a load cell's; the other kinds' failure records keep the keys they had
     arrival: str | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
     rate_req_s: float | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
+    sessions: int | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)  # a session cell's
 
 
 @dataclass(frozen=True)
@@ -158,9 +172,9 @@ class CellProvenance:
     finished_at: str
     versions: provenance.Versions
     # None only in the report fixtures' natural records (tests/synthetic.py), which have no bench
-    bench: BenchyInvocation | NaturalInvocation | QualityInvocation | LoadInvocation | None = field(
-        default=None, metadata=codec.OMITTED_WHEN_DEFAULT
-    )
+    bench: (
+        BenchyInvocation | NaturalInvocation | QualityInvocation | LoadInvocation | SessionInvocation | None
+    ) = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
     prefix_cache_reset: bool  # whether the engine's prefix cache was emptied before the cell
     spec_decode: Acceptance | None  # None without speculation
     # the served files an asset step listed in its MANIFEST.json: package, version, sha256

@@ -26,6 +26,7 @@ from gridbench.cli.workflow import (
     write_natural_dataset,
     write_quality_dataset,
     write_report,
+    write_sessions_dataset,
 )
 
 
@@ -221,9 +222,14 @@ def cmd_finalize(args: argparse.Namespace) -> int:
         quality = write_quality_dataset(grid, root / layout.QUALITY_CSV, root / layout.QUALITY_PARQUET)
         figures.update(plots.quality_figures(quality, depth))
     load = write_load_dataset(grid, root / layout.LOAD_CSV, root / layout.LOAD_PARQUET) if grid.load else None
+    sessions = None
+    if grid.sessions:
+        sessions = write_sessions_dataset(grid, root / layout.SESSIONS_CSV, root / layout.SESSIONS_PARQUET)
     graphs = plots.save(figures, root / Path(layout.GRAPH).parent)
     print(f"wrote {len(graphs)} graphs to {root / Path(layout.GRAPH).parent}")
-    write_report(grid, depth, natural, graphs, root / layout.REPORT, quality, event_files_here(), load)
+    write_report(
+        grid, depth, natural, graphs, root / layout.REPORT, quality, event_files_here(), load, sessions
+    )
     write_explorer_file(root / layout.EXPLORER, depth, natural, grid, quality)
     return 0
 

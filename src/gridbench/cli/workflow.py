@@ -141,6 +141,20 @@ def cmd_load_dataset(args: argparse.Namespace) -> int:
     return 0
 
 
+def write_sessions_dataset(grid: Grid, csv: Path, parquet: Path) -> pd.DataFrame:
+    from gridbench.aggregate.sessions import build_from_plan
+    from gridbench.cells.plan import session_plan
+
+    frame = build_from_plan(session_plan(grid), csv=csv, parquet=parquet)
+    print_counts("session-turn", frame, [csv, parquet])
+    return frame
+
+
+def cmd_sessions_dataset(args: argparse.Namespace) -> int:
+    write_sessions_dataset(grid_from_json(args.grid), args.csv, args.parquet)
+    return 0
+
+
 def read_frame(path: Path) -> pd.DataFrame:
     import pandas as pd
 
@@ -190,16 +204,18 @@ def write_report(
     quality: pd.DataFrame | None = None,
     events: Sequence[Path] | None = None,
     load: pd.DataFrame | None = None,
+    sessions: pd.DataFrame | None = None,
 ) -> None:
     """comparison.md; ``events`` (engine events files) add the GPU time ledger, ``load`` (the
-    load dataset) the capacity under the SLO."""
+    load dataset) the capacity under the SLO, ``sessions`` (the sessions dataset) TTFT and the
+    prefix cache by turn."""
     from gridbench.aggregate.ledger import read_ledger
     from gridbench.aggregate.report import is_partial, render_report
     from gridbench.util.files import atomic_write_text
 
     links = [Path(os.path.relpath(g, out.parent)).as_posix() for g in graphs]
     ledger = read_ledger(grid, events) if events is not None else None
-    atomic_write_text(out, render_report(grid, dataset, natural, links, quality, ledger, load))
+    atomic_write_text(out, render_report(grid, dataset, natural, links, quality, ledger, load, sessions))
     _warn_checks(grid, dataset, natural, quality)
     print(f"wrote {out}{' (PARTIAL: some cells failed)' if is_partial(dataset, natural) else ''}")
 
@@ -208,9 +224,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     natural = read_frame(args.natural) if args.natural else None
     quality = read_frame(args.quality) if args.quality else None
     load = read_frame(args.load) if args.load else None
+    sessions = read_frame(args.sessions) if args.sessions else None
     grid = grid_from_json(args.grid)
     events = args.events or None
-    write_report(grid, read_frame(args.dataset), natural, args.graphs, args.out, quality, events, load)
+    write_report(
+        grid, read_frame(args.dataset), natural, args.graphs, args.out, quality, events, load, sessions
+    )
     return 0
 
 
@@ -311,6 +330,12 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--parquet", required=True, type=Path)
     p.set_defaults(func=cmd_load_dataset)
 
+    p = sub.add_parser("sessions-dataset", help="aggregate the session cells' turns into dataset/sessions.*")
+    p.add_argument("--grid", required=True, type=Path, help=grid_help)
+    p.add_argument("--csv", required=True, type=Path)
+    p.add_argument("--parquet", required=True, type=Path)
+    p.set_defaults(func=cmd_sessions_dataset)
+
     p = sub.add_parser("plot", help="draw the graphs of one matrix from its dataset (PNG)")
     p.add_argument(
         "matrix",
@@ -329,6 +354,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--natural", type=Path, help="dataset/natural.parquet, when the study has one")
     p.add_argument("--quality", type=Path, help="dataset/quality.parquet, when the study has one")
     p.add_argument("--load", type=Path, help="dataset/load.parquet, when the study has a load section")
+    p.add_argument(
+        "--sessions", type=Path, help="dataset/sessions.parquet, when the study has a sessions section"
+    )
     p.add_argument("--graphs", nargs="*", default=[], type=Path, help="PNG files to embed, in order")
     p.add_argument(
         "--events",

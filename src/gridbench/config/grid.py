@@ -14,7 +14,7 @@ from typing import Literal
 
 from gridbench.errors import ConfigError
 from gridbench.harness.arrivals import LoadSettings
-from gridbench.harness.prompts import NaturalSettings, QualitySettings
+from gridbench.harness.prompts import NaturalSettings, QualitySettings, SessionSettings
 from gridbench.util import codec
 from gridbench.util.files import JsonObject
 
@@ -236,6 +236,7 @@ class Grid:
     prefix_cache_pass: tuple[str, ...] = ()
     quality: QualitySettings | None = None  # the greedy-agreement cells' settings; None: none
     load: LoadSettings | None = None  # the open-loop load cells' settings; None: none
+    sessions: SessionSettings | None = None  # the multi-turn session cells' settings; None: none
     filters: dict[FilterKey, tuple[str, ...]] = field(default_factory=dict)
     # the validated config with its defaults filled: what the workflow writes as its grid file
     document: JsonObject = field(default_factory=dict, repr=False)

@@ -29,7 +29,7 @@ from gridbench.config.grid import (
 from gridbench.engines.kinds import engine_kind
 from gridbench.errors import ConfigError
 from gridbench.harness.arrivals import GAMMA, TRACE, LoadSettings
-from gridbench.harness.prompts import NaturalSettings, QualitySettings, load_prompts
+from gridbench.harness.prompts import NaturalSettings, QualitySettings, SessionSettings, load_prompts
 from gridbench.util import codec
 from gridbench.util.files import JsonObject
 
@@ -134,6 +134,7 @@ class ConfigSections:
     natural: NaturalSettings | None = None
     quality: QualitySection | None = None
     load: LoadSettings | None = None
+    sessions: SessionSettings | None = None
     study: StudyInfo = field(default_factory=StudyInfo)
     filters: Filters = field(default_factory=Filters, metadata=codec.INLINE)
 
@@ -163,11 +164,12 @@ def resolve_grid(sections: ConfigSections, source: str) -> Grid:
         and sections.natural is None
         and sections.quality is None
         and sections.load is None
+        and sections.sessions is None
     ):
         raise ConfigError(
             f"{source}: the study measures nothing: depths is empty and there is no natural section "
-            "(nor a quality or load section)",
-            hint="list llama-benchy depths, or add a natural:, quality: or load: section",
+            "(nor a quality, load or sessions section)",
+            hint="list llama-benchy depths, or add a natural:, quality:, load: or sessions: section",
         )
     _check_load(sections.load, source)
     allowed: dict[FilterKey, list[str]] = {
@@ -184,6 +186,7 @@ def resolve_grid(sections: ConfigSections, source: str) -> Grid:
         natural=sections.natural,
         quality=_quality(sections.quality, sections.natural, configs, source),
         load=sections.load,
+        sessions=sections.sessions,
         study=sections.study,
         gpu_slots=sections.gpu_slots or None,
         prefix_cache_pass=prefix_cache_pass,

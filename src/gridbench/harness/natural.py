@@ -93,20 +93,33 @@ class LevelPlan:
 
 
 @dataclass(frozen=True)
+class ChatMessage:
+    """One message of a conversation's history, as a chat request resends it."""
+
+    role: str  # "user" or "assistant"
+    content: str
+
+
+@dataclass(frozen=True)
 class ChatRequest:
-    """One streamed chat-completions request of a level."""
+    """One streamed chat-completions request of a level: ``text`` is the user's last
+    message, after the ``history`` of a conversation (a session cell's later turns)."""
 
     index: int
     text: str
     max_tokens: int
     temperature: float
     extra_body: JsonObject  # the config's: it may set any key but the streaming ones
+    history: tuple[ChatMessage, ...] = ()
+    # keep the answer's text in the trace (a session resends it); off, a plain delta is not parsed
+    keep_answer: bool = False
 
     def payload(self, model: str) -> JsonObject:
         """The request's JSON body, as the endpoint is sent it."""
+        earlier = [{"role": m.role, "content": m.content} for m in self.history]
         return {
             "model": model,
-            "messages": [{"role": "user", "content": self.text}],
+            "messages": [*earlier, {"role": "user", "content": self.text}],
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             **self.extra_body,
@@ -153,7 +166,7 @@ async def stream_request(
     payload = request.payload(endpoint.model)
     # "ns" is set when the request goes out on its own, fresh connection
     sent: dict[str, int | None] = {"ns": None, "due_ns": due_ns}
-    stream = _Stream(issued_ns=time.perf_counter_ns())
+    stream = _Stream(issued_ns=time.perf_counter_ns(), keeps_answer=request.keep_answer)
 
     def trace(status: str, error: str | None = None) -> RequestTrace:
         return stream.trace(request.index, sent["ns"], status, error)
@@ -202,8 +215,11 @@ class _Stream:
     """What one streamed request has received so far, on the ``perf_counter_ns`` clock."""
 
     issued_ns: int
+    keeps_answer: bool = False
     end_ns: int = field(init=False)
     text_ns: list[int] = field(default_factory=list)
+    answer: list[str] = field(default_factory=list)  # the text chunks, when it keeps the answer
+    counts: tuple[tuple[str, int], ...] = ()  # the usage chunk's integers (sse.StreamChunk.counts)
     tokens: int | None = None
     finish_reason: str | None = None
     done: bool = False
@@ -215,7 +231,7 @@ class _Stream:
     def read(self, events: Sequence[SSEEvent]) -> str | None:
         """Take in the events of the read that ended at ``end_ns``; the error one reports."""
         for event in events:
-            plain = plain_delta_has_text(event)
+            plain = None if self.keeps_answer else plain_delta_has_text(event)
             if plain is not None:  # a token's chunk: only its arrival matters
                 if plain:
                     self.text_ns.append(self.end_ns)
@@ -227,6 +243,9 @@ class _Stream:
                 self.done = True
             if chunk.has_text:
                 self.text_ns.append(self.end_ns)
+                if self.keeps_answer:
+                    self.answer.append(chunk.text)
+            self.counts = chunk.counts or self.counts
             self.finish_reason = chunk.finish_reason or self.finish_reason
             if chunk.completion_tokens is not None:
                 self.tokens = chunk.completion_tokens
@@ -251,6 +270,8 @@ class _Stream:
             output_tokens=self.tokens,
             finish_reason=self.finish_reason,
             error=error,
+            answer="".join(self.answer) if self.keeps_answer else None,
+            counts=self.counts,
         )
 
 

@@ -53,6 +53,34 @@ class QualitySettings:
     teacher_forced_top_k: int
 
 
+@dataclass(frozen=True)
+class Conversation:
+    """How a session cell converses: what its context holds of the sessions section. The
+    classes and session counts are the cells' coordinates, so adding one measures no cell again."""
+
+    turns: int
+    follow_ups: tuple[str, ...]
+    max_tokens: int
+    temperature: float
+    warmup: int
+    extra_body: JsonObject
+    request_timeout_s: float
+
+    def follow_up(self, turn: int) -> str:
+        """The user's message of ``turn`` (2, 3, ...): the follow-ups in order, repeating."""
+        return self.follow_ups[(turn - 2) % len(self.follow_ups)]
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """The config's ``sessions`` section (schema defaults filled in)."""
+
+    prompt_classes: tuple[str, ...]
+    prompt_file: str | None
+    sessions: tuple[int, ...]
+    conversation: Conversation = field(metadata=codec.INLINE)
+
+
 # the schema has checked it: "auto" or a count, as written
 codec.converter.register_structure_hook(int | str, lambda value, _: value)
 
@@ -85,9 +113,12 @@ def load_prompts(prompt_file: str | Path | None) -> dict[str, str]:
     return prompts
 
 
-def resolve_prompts(settings: NaturalSettings | QualitySettings | LoadSettings) -> dict[str, str]:
+def resolve_prompts(
+    settings: NaturalSettings | QualitySettings | LoadSettings | SessionSettings,
+) -> dict[str, str]:
     """The prompt of every class the study runs; an unknown class is a config error."""
-    section = {NaturalSettings: "natural", QualitySettings: "quality", LoadSettings: "load"}[type(settings)]
+    sections = {NaturalSettings: "natural", QualitySettings: "quality", LoadSettings: "load"}
+    section = sections.get(type(settings), "sessions")
     prompts = load_prompts(settings.prompt_file)
     unknown = [c for c in settings.prompt_classes if c not in prompts]
     if unknown:

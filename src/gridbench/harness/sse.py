@@ -110,6 +110,9 @@ class StreamChunk(NamedTuple):
     done: bool = False
     error: str | None = None
     ignored: str | None = None  # why an event carried nothing usable (non-JSON, unknown shape)
+    # the usage chunk's every integer outside its choices, by dotted key ("usage.prompt_tokens",
+    # "timings.cache_n"): the engine kind says which holds what (EngineKind.cached_prompt_tokens)
+    counts: tuple[tuple[str, int], ...] = ()
 
     @property
     def has_text(self) -> bool:
@@ -161,7 +164,22 @@ def parse_chunk(event: SSEEvent) -> StreamChunk:
         text=text,
         finish_reason=finish_reason,
         completion_tokens=tokens if isinstance(tokens, int) and tokens >= 0 else None,
+        counts=tuple(_integers(payload, skip="choices")) if isinstance(usage, dict) else (),
     )
+
+
+def _integers(value: Any, prefix: str = "", skip: str | None = None) -> list[tuple[str, int]]:
+    """Every integer in a parsed JSON value by its dotted key (a boolean is no count)."""
+    if isinstance(value, dict):
+        return [
+            pair
+            for key, inner in value.items()
+            if key != skip
+            for pair in _integers(inner, f"{prefix}{key}.")
+        ]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [(prefix.rstrip("."), value)]
+    return []
 
 
 def _error_message(error: Any) -> str:

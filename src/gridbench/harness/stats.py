@@ -34,6 +34,8 @@ class RequestTrace:
     output_tokens: int | None = None  # from the usage block
     finish_reason: str | None = None
     error: str | None = None
+    answer: str | None = None  # the answer's text, where the request kept it (ChatRequest.keep_answer)
+    counts: tuple[tuple[str, int], ...] = ()  # its usage chunk's integers by dotted key
 
 
 def _ms(ns: int) -> float:

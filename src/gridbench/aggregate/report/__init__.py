@@ -33,6 +33,7 @@ from gridbench.aggregate.report.natural import (
 )
 from gridbench.aggregate.report.phenomena import phenomena_section
 from gridbench.aggregate.report.quality import quality_section
+from gridbench.aggregate.report.sessions import sessions_section
 from gridbench.aggregate.report.study import configs_table, environment, method
 from gridbench.aggregate.report.summary import checks_section, verdict
 from gridbench.config.grid import Grid
@@ -46,11 +47,13 @@ def render_report(
     quality: pd.DataFrame | None = None,
     ledger: GpuLedger | None = None,
     load: pd.DataFrame | None = None,
+    sessions: pd.DataFrame | None = None,
 ) -> str:
     """The whole comparison.md. ``graphs`` are links to the PNG files, relative to the report;
     ``quality`` (the quality dataset, with a quality section) adds its check and section;
     ``ledger`` (the engines' GPU time, aggregate.ledger) adds a verdict line and its section;
-    ``load`` (the load dataset, with a load section) adds its verdict lines and section."""
+    ``load`` (the load dataset, with a load section) adds its verdict lines and section;
+    ``sessions`` (the sessions dataset, with a sessions section) adds its section."""
     study = grid.study
     # plain object columns: the many small selections below run ~3x faster than on Arrow
     # strings and nullable dtypes, and every value renders the same
@@ -84,6 +87,23 @@ def render_report(
             "## Pareto frontier: throughput per GPU against per-user speed\n\n"
             + pareto_section(natural, study),
         ]
+    sections += _optional_sections(dataset, quality, load, sessions)
+    sections += [
+        "## Failed and skipped cells\n\n" + failures_section(dataset, natural),
+        "## Graphs\n\n" + graphs_section(graphs),
+        "## Full data\n\n" + full_data(dataset),
+    ]
+    return "\n\n".join(s for s in sections if s) + "\n"
+
+
+def _optional_sections(
+    dataset: pd.DataFrame,
+    quality: pd.DataFrame | None,
+    load: pd.DataFrame | None,
+    sessions: pd.DataFrame | None,
+) -> list[str]:
+    """The sections of the datasets a study has only with their config sections."""
+    sections = []
     if quality is not None:
         sections.append(
             "## Quality: greedy agreement with the reference, beside speed\n\n"
@@ -91,12 +111,11 @@ def render_report(
         )
     if load is not None:
         sections.append("## Capacity under the SLO (open-loop load)\n\n" + load_section(load))
-    sections += [
-        "## Failed and skipped cells\n\n" + failures_section(dataset, natural),
-        "## Graphs\n\n" + graphs_section(graphs),
-        "## Full data\n\n" + full_data(dataset),
-    ]
-    return "\n\n".join(s for s in sections if s) + "\n"
+    if sessions is not None:
+        sections.append(
+            "## Multi-turn sessions: TTFT and the prefix cache by turn\n\n" + sessions_section(sessions)
+        )
+    return sections
 
 
 def _method(grid: Grid, dataset: pd.DataFrame, natural: pd.DataFrame | None, ledger: GpuLedger | None) -> str:

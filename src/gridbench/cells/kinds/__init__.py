@@ -1,7 +1,8 @@
 """The cell kinds a sweep runs, one module each, registered here in each config's run order:
 its llama-benchy depths, its natural-prompt matrix, its greedy quality cell, its open-loop
 load cells, then its prefix-cache pass (whose engine has the prefix cache on, so it replaces the config's cold
-engine once, at the end).
+engine once, near the end), then its multi-turn session cells (on an engine with the prefix cache
+on too: the pass's, where the engine kind needs no more flags to count cached tokens).
 
 Adding a kind is one module with a ``CellKind`` subclass and its planned and running cell
 records, a line below, and one rule in workflow/rules/ whose outputs are its patterns.
@@ -16,11 +17,12 @@ from gridbench.cells.kinds.benchy import BENCHY, CACHED
 from gridbench.cells.kinds.load import LOAD
 from gridbench.cells.kinds.natural import NATURAL
 from gridbench.cells.kinds.quality import QUALITY
+from gridbench.cells.kinds.session import SESSION
 from gridbench.config.grid import Grid
 from gridbench.layout import telemetry_series
 
 CELL_KINDS: dict[str, CellKind[PlannedCell]] = {
-    kind.name: kind for kind in (BENCHY, NATURAL, QUALITY, LOAD, CACHED)
+    kind.name: kind for kind in (BENCHY, NATURAL, QUALITY, LOAD, CACHED, SESSION)
 }
 
 

@@ -62,6 +62,17 @@ class EngineKind(ABC):
     # requests left their keys and values), so a greedy near-tie may flip on a warm engine:
     # a quality cell then asks for a fresh one
     answers_depend_on_what_it_served: bool = False
+    # where a streamed response's usage chunk says how many of the prompt's tokens came from
+    # the prefix cache: the dotted key of that chunk's integer (sse.StreamChunk.counts); None:
+    # it says nothing of it
+    cached_prompt_tokens_key: str | None = None
+    # the serve flags without which it leaves that count out (a session cell's engine adds them)
+    cached_prompt_tokens_flags: tuple[str, ...] = ()
+
+    def cached_prompt_tokens(self, counts: Mapping[str, int]) -> int | None:
+        """The prompt tokens a response took from the prefix cache, from its usage chunk's
+        integers by dotted key; None where the chunk does not say."""
+        return None if self.cached_prompt_tokens_key is None else counts.get(self.cached_prompt_tokens_key)
 
     def fresh_prompt_fields(self, nonce: str) -> Mapping[str, bool | str]:
         """What a chat request adds so that no cache of earlier requests' prompts serves it:

@@ -56,6 +56,10 @@ class LlamaCpp(EngineKind):
     # reasoning answer after four concurrent requests parts from a fresh server's at token 54,
     # whose runner-up trails by 0.24 nats (tests/test_quality.py)
     answers_depend_on_what_it_served = True
+    # llama-server's final chunk carries its timings: cache_n prompt tokens taken from the
+    # slot's cache, prompt_n evaluated (the xllamacpp build the tests run also mirrors cache_n as
+    # usage.prompt_tokens_details.cached_tokens; timings is the older and native one)
+    cached_prompt_tokens_key = "timings.cache_n"
 
     def fresh_prompt_fields(self, nonce: str) -> Mapping[str, bool | str]:
         return {"cache_prompt": False}  # the slot's cached prefix is not reused

@@ -62,6 +62,10 @@ class VLLM(EngineKind):
     )
     compile_cache_hit_line = r"Directly load the compiled graph|Directly load AOT compilation"
     distribution = "vllm"
+    # the OpenAI usage block's cached_tokens, which vLLM fills in only when served with
+    # --enable-prompt-tokens-details (otherwise prompt_tokens_details is null)
+    cached_prompt_tokens_key = "usage.prompt_tokens_details.cached_tokens"
+    cached_prompt_tokens_flags = ("--enable-prompt-tokens-details",)
 
     def fresh_prompt_fields(self, nonce: str) -> Mapping[str, bool | str]:
         return {"cache_salt": nonce}  # a prefix cache of its own, which nothing else fills
