@@ -10,7 +10,7 @@ from gridbench.aggregate.records import Row, optional_float
 from gridbench.aggregate.report.markdown import code, table
 from gridbench.aggregate.text import DASH, num, pct
 
-# the last turn's TTFT within this factor of turn 1's counts as flat
+# the last turn's TTFT within this factor of turn 1's counts as flat (below its inverse: falls)
 FLAT_TTFT_RATIO = 1.5
 
 INTRO = (
@@ -73,7 +73,7 @@ def _finding(key: tuple[str, str, int], turns: list[Row]) -> str:
     share = optional_float(last["cached_prompt_share"])
     cache = "the engine reported no cached tokens" if share is None else f"{pct(share)} of it cached"
     flat = ratio <= FLAT_TTFT_RATIO
-    trend = "stays flat" if flat else "rises"
+    trend = "falls" if ratio < 1 / FLAT_TTFT_RATIO else "stays flat" if flat else "rises"
     because = " thanks to the cache" if flat and share is not None and share > 0.5 else ""
     return (
         f"{where}: by turn {last['turn']} the prompt is {grown:.1f}× turn 1's ({cache}), and TTFT p50 "
