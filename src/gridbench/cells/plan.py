@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from gridbench.cells.kinds import CELL_KINDS, PlannedCell
 from gridbench.cells.kinds.base import KindPlan, Skipped
@@ -18,6 +19,8 @@ from gridbench.config.grid import Grid, ServingConfig
 from gridbench.errors import ConfigError
 from gridbench.harness.arrivals import Slo
 from gridbench.harness.prompts import QualitySettings
+
+Section = TypeVar("Section")
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,16 @@ def depth_plan(grid: Grid) -> DepthPlan:
     )
 
 
+def _section(grid: Grid, name: str, section: Section | None) -> Section:
+    """The grid's section of that name, which a dataset of its cells needs."""
+    if section is None:
+        raise ConfigError(
+            f"{grid.source}: the grid has no {name} section, so no {name} dataset",
+            hint=f"add a {name}: section to the config (docs/config-reference.md#{name})",
+        )
+    return section
+
+
 def natural_plan(grid: Grid) -> NaturalPlan:
     selected = grid.selected()
     return NaturalPlan(
@@ -96,16 +109,12 @@ class QualityPlan:
 
 
 def quality_plan(grid: Grid) -> QualityPlan:
-    if grid.quality is None:
-        raise ConfigError(
-            f"{grid.source}: the grid has no quality section, so no quality dataset",
-            hint="add a quality: section to the config (docs/config-reference.md#quality)",
-        )
+    quality = _section(grid, "quality", grid.quality)
     selected = grid.selected()
     return QualityPlan(
         configs={c.name: c for c in selected},
         cells=QUALITY.plan(grid, selected).cells,
-        settings=grid.quality,
+        settings=quality,
         baselines=grid.study.baseline,
         gpu_hour_usd=grid.study.hardware.gpu_hour_usd,
     )
@@ -124,11 +133,7 @@ class LoadPlan:
 def load_plan(grid: Grid, *, searched: bool = False) -> LoadPlan:
     """The load cells the load section lists; with ``searched``, also those that
     ``gridbench load-search`` added where their raw files are (the dataset's view)."""
-    if grid.load is None:
-        raise ConfigError(
-            f"{grid.source}: the grid has no load section, so no load dataset",
-            hint="add a load: section to the config (docs/config-reference.md#load)",
-        )
+    load = _section(grid, "load", grid.load)
     selected = grid.selected()
     cells = LOAD.plan(grid, selected).cells
     if searched:
@@ -136,7 +141,7 @@ def load_plan(grid: Grid, *, searched: bool = False) -> LoadPlan:
     return LoadPlan(
         configs={c.name: c for c in selected},
         cells=cells,
-        slo=grid.load.slo,
+        slo=load.slo,
         gpu_hour_usd=grid.study.hardware.gpu_hour_usd,
     )
 
@@ -151,16 +156,12 @@ class SessionPlan:
 
 
 def session_plan(grid: Grid) -> SessionPlan:
-    if grid.sessions is None:
-        raise ConfigError(
-            f"{grid.source}: the grid has no sessions section, so no sessions dataset",
-            hint="add a sessions: section to the config (docs/config-reference.md#sessions)",
-        )
+    sessions = _section(grid, "sessions", grid.sessions)
     selected = grid.selected()
     return SessionPlan(
         configs={c.name: c for c in selected},
         cells=SESSION.plan(grid, selected).cells,
-        turns=grid.sessions.conversation.turns,
+        turns=sessions.conversation.turns,
     )
 
 
