@@ -11,10 +11,16 @@ import pandas as pd
 import pytest
 
 import report_fixtures as rf
+from conftest import REPO, load_yaml
 from gridbench import layout
+from gridbench.aggregate import load as load_rows
+from gridbench.aggregate import quality as quality_rows
+from gridbench.aggregate import sessions as session_rows
 from gridbench.aggregate.checks import Check, run_checks
 from gridbench.aggregate.report import render_report
+from gridbench.cells.plan import load_plan, quality_plan, session_plan
 from gridbench.config.grid import WeightsOrigin
+from gridbench.config.loading import load_grid
 
 GRAPHS = [f"../graphs/{name}.png" for name in layout.DEPTH_GRAPHS]
 NATURAL_GRAPHS = GRAPHS + [f"../graphs/{name}.png" for name in layout.NATURAL_GRAPHS]
@@ -166,6 +172,32 @@ def test_partial_runs_say_so_and_list_every_failed_cell(seed000):
     complete = natural.copy()
     complete.loc[complete["status"] == "failed", "status"] = "ok"
     assert "Partial results" not in render_report(grid, frame, complete)
+
+
+def test_failed_quality_load_and_session_cells_make_the_report_partial_and_are_listed(seed002):
+    grid, frame = seed002
+    config = load_yaml(REPO / "config/demo.yaml")
+    config["load"] = {"prompt_classes": ["code"], "rates": [2, 8], "requests": 8}
+    config["sessions"] = {"sessions": [1, 4], "turns": 3}
+    demo = load_grid(config, "demo.yaml")
+    # none of these cells left a result: each is a failed row, as after a sweep that stopped
+    quality = quality_rows.to_frame(quality_rows.rows_from_results(quality_plan(demo), {}, {}))
+    load = load_rows.to_frame(load_rows.rows_from_results(load_plan(demo), {}, {}))
+    sessions = session_rows.to_frame(session_rows.rows_from_results(session_plan(demo), {}, {}))
+    complete = render_report(grid, frame)
+    assert "Partial results" not in complete
+    report = render_report(grid, frame, quality=quality, load=load, sessions=sessions)
+    assert report.splitlines()[2] == (
+        "> **Partial results.** 0 of 126 depth cells and 4 of 4 quality cells and 8 of 8 load cells "
+        "and 8 of 8 session cells failed. They are listed with their reasons under [Failed and skipped "
+        "cells](#failed-and-skipped-cells); no value, graph or statement below comes from them."
+    )
+    failures = section(report, "Failed and skipped cells")
+    assert failures.count("| failed |") == 4 + 8 + 8  # a session cell once, not once per turn
+    assert "| `S_q4_1_draft4` | quality | failed | no result: the cell did not run" in failures
+    assert "| `S_q4_1_n0` | code poisson at 8 req/s | failed |" in failures
+    assert "| `S_q8_0_n0` | dialogue sessions=4 | failed |" in failures
+    assert "`logs/cells/S_q8_0_n0/sessions_dialogue_s4.log`" in failures
 
 
 def test_the_report_is_a_pure_function_of_its_inputs(seed000, tmp_path):

@@ -211,13 +211,15 @@ def write_report(
     prefix cache by turn."""
     from gridbench.aggregate.ledger import read_ledger
     from gridbench.aggregate.report import is_partial, render_report
+    from gridbench.aggregate.report.appendix import kind_outcomes
     from gridbench.util.files import atomic_write_text
 
     links = [Path(os.path.relpath(g, out.parent)).as_posix() for g in graphs]
     ledger = read_ledger(grid, events) if events is not None else None
     atomic_write_text(out, render_report(grid, dataset, natural, links, quality, ledger, load, sessions))
     _warn_checks(grid, dataset, natural, quality)
-    print(f"wrote {out}{' (PARTIAL: some cells failed)' if is_partial(dataset, natural) else ''}")
+    partial = is_partial(kind_outcomes(dataset, natural, quality, load, sessions))
+    print(f"wrote {out}{' (PARTIAL: some cells failed)' if partial else ''}")
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -10,9 +10,14 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from gridbench.aggregate import analysis
 from gridbench.aggregate.ledger import GpuLedger
-from gridbench.aggregate.report.appendix import failures_section, full_data, graphs_section
+from gridbench.aggregate.report.appendix import (
+    KindOutcome,
+    failures_section,
+    full_data,
+    graphs_section,
+    kind_outcomes,
+)
 from gridbench.aggregate.report.depth import (
     acceptance_section,
     cached_section,
@@ -59,9 +64,10 @@ def render_report(
     # strings and nullable dtypes, and every value renders the same
     dataset = dataset.astype(object)
     natural = natural.astype(object) if natural is not None and not natural.empty else None
+    outcomes = kind_outcomes(dataset, natural, quality, load, sessions)
     sections = [
         f"# {study.title or 'gridbench comparison'}",
-        partial_banner(dataset, natural),
+        partial_banner(outcomes),
         "## Verdict\n\n" + _with_ledger_line(verdict(grid, dataset, natural, quality, load), ledger),
         "## Checks\n\n" + checks_section(grid, dataset, natural, quality),
         phenomena_section(grid, dataset, natural),
@@ -89,7 +95,7 @@ def render_report(
         ]
     sections += _optional_sections(dataset, quality, load, sessions)
     sections += [
-        "## Failed and skipped cells\n\n" + failures_section(dataset, natural),
+        "## Failed and skipped cells\n\n" + failures_section(outcomes),
         "## Graphs\n\n" + graphs_section(graphs),
         "## Full data\n\n" + full_data(dataset),
     ]
@@ -130,28 +136,14 @@ def _with_ledger_line(verdict_text: str, ledger: GpuLedger | None) -> str:
     return verdict_text + f"\n- {line}" if line else verdict_text
 
 
-def _failed(frame: pd.DataFrame | None) -> int:
-    return 0 if frame is None else int((frame["status"] == "failed").sum())
+def is_partial(outcomes: Sequence[KindOutcome]) -> bool:
+    return any(outcome.failed for outcome in outcomes)
 
 
-def _failed_cached(dataset: pd.DataFrame) -> int:
-    return int((analysis.with_cached(dataset)["cached_status"] == "failed").sum())
-
-
-def is_partial(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> bool:
-    return _failed(dataset) + _failed_cached(dataset) + _failed(natural) > 0
-
-
-def partial_banner(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
-    if not is_partial(dataset, natural):
+def partial_banner(outcomes: Sequence[KindOutcome]) -> str:
+    if not is_partial(outcomes):
         return ""
-    scheduled = int((dataset["status"] != "skipped").sum())
-    parts = [f"{_failed(dataset)} of {scheduled} depth cells"]
-    cached = analysis.with_cached(dataset)
-    if not cached.empty:
-        parts.append(f"{_failed_cached(dataset)} of {len(cached)} prefix-cache cells")
-    if natural is not None:
-        parts.append(f"{_failed(natural)} of {len(natural)} natural-prompt cells")
+    parts = [f"{o.failed} of {o.scheduled} {o.noun}" for o in outcomes]
     return (
         f"> **Partial results.** {' and '.join(parts)} failed. They are listed with their "
         "reasons under [Failed and skipped cells](#failed-and-skipped-cells); no value, graph "
