@@ -488,6 +488,10 @@ def test_the_workflow_measures_load_cells_on_llamacpp_and_writes_the_load_datase
     gridbench("finalize", "--grid", str(grid_file), "--outdir", "partial", cwd=workdir)
     assert (workdir / "partial/dataset/load.csv").read_text() == (workdir / "dataset/load.csv").read_text()
     assert capacity in (workdir / "partial/dataset/comparison.md").read_text()
+    # the load graph, drawn by the workflow and by the end on error, and shown in the report
+    for root in (workdir, workdir / "partial"):
+        assert (root / "graphs/load_slo_vs_rate.png").stat().st_size > 0
+    assert "![load_slo_vs_rate](../graphs/load_slo_vs_rate.png)" in report
 
     measured_at = {p: p.stat().st_mtime_ns for p in workdir.glob("results/load/*/*.json")}
     again = snakemake(workdir, "--configfile", "grid.yaml")

@@ -124,10 +124,97 @@ def test_natural_graphs_have_a_panel_per_class(seed000_natural, tmp_path):
 def test_the_workflow_declares_exactly_the_graphs_drawn():
     rules = (REPO / "workflow/rules/report.smk").read_text()
     declared = re.findall(r'"graphs/(\w+)\.png"', rules)
-    assert declared == [*layout.DEPTH_GRAPHS, *layout.NATURAL_GRAPHS, *layout.QUALITY_GRAPHS]
+    assert declared == [
+        *layout.DEPTH_GRAPHS,
+        *layout.NATURAL_GRAPHS,
+        *layout.QUALITY_GRAPHS,
+        *layout.LOAD_GRAPHS,
+        *layout.SESSION_GRAPHS,
+    ]
     assert list(plots.LINE_GRAPHS) + list(plots.GROUPED_GRAPHS) == list(layout.DEPTH_GRAPHS[:5])
     assert list(plots.natural_figures(pd.DataFrame())) == list(layout.NATURAL_GRAPHS)
     assert list(plots.quality_figures(pd.DataFrame(), pd.DataFrame())) == list(layout.QUALITY_GRAPHS)
+    assert list(plots.load_figures(pd.DataFrame())) == list(layout.LOAD_GRAPHS)
+    assert list(plots.session_figures(pd.DataFrame())) == list(layout.SESSION_GRAPHS)
+
+
+CONFIGS = {
+    "A": {"config_label": "plain", "speculation_method": "none"},
+    "B": {"config_label": "ngram", "speculation_method": "ngram"},
+}
+
+
+def load_rows(status: str = "ok") -> pd.DataFrame:
+    rows = []
+    for config, share_at in (("A", {2: 1.0, 8: 0.95, 32: 0.2}), ("B", {2: 1.0, 8: 0.5, 32: 0.0})):
+        for rate, share in share_at.items():
+            rows.append(
+                {
+                    "config": config,
+                    **CONFIGS[config],
+                    "prompt_class": "code",
+                    "arrival": "poisson",
+                    "rate_req_s": float(rate),
+                    "status": status,
+                    "slo_attainment_share": share,
+                    "slo_attainment_required": 0.9,
+                    "goodput_tok_s": 100.0 * rate * share,
+                    "saturated": rate == 32,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_the_load_graph_draws_attainment_and_goodput_by_rate_with_the_target_and_saturation(tmp_path):
+    paths = plots.save(plots.load_figures(load_rows()), tmp_path)
+    assert [p.name for p in paths] == ["load_slo_vs_rate.png"]
+    attainment, goodput = plots.load_slo_vs_rate(load_rows()).axes[:2]
+    assert attainment.get_title() == "code, poisson arrivals"
+    lines = attainment.get_lines()
+    assert list(lines[0].get_xdata()) == [2, 8, 32] and list(lines[0].get_ydata()) == [100, 95, 20]
+    assert list(lines[1].get_ydata()) == [100, 50, 0]
+    assert list(lines[-1].get_ydata()) == [90, 90]  # the required attainment
+    # each config's goodput, then its saturated level crossed
+    assert [list(line.get_ydata()) for line in goodput.get_lines()] == [
+        [200.0, 760.0, 640.0],
+        [640.0],
+        [200.0, 400.0, 0.0],
+        [0.0],
+    ]
+    assert goodput.get_lines()[1].get_marker() == "x"
+    assert texts(plots.load_slo_vs_rate(load_rows("failed"))) == ["no data: no measured cell"] * 2
+
+
+def session_rows(status: str = "ok") -> pd.DataFrame:
+    rows = []
+    for config, ttft in (("A", [200.0, 90.0, 100.0]), ("B", [210.0, 300.0, 420.0])):
+        for turn, ttft_ms in enumerate(ttft, start=1):
+            cached = None if config == "B" and turn == 2 else (0.0 if turn == 1 else 0.8)
+            rows.append(
+                {
+                    "config": config,
+                    **CONFIGS[config],
+                    "prompt_class": "dialogue",
+                    "sessions": 4,
+                    "turn": turn,
+                    "status": status,
+                    "ttft_ms_p50": ttft_ms,
+                    "cached_prompt_share": cached,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_the_session_graph_draws_ttft_and_the_cached_share_by_turn_leaving_a_missing_count_out(tmp_path):
+    paths = plots.save(plots.session_figures(session_rows()), tmp_path)
+    assert [p.name for p in paths] == ["session_ttft_by_turn.png"]
+    ttft, cached = plots.session_ttft_by_turn(session_rows()).axes[:2]
+    assert ttft.get_title() == "dialogue, 4 at once"
+    assert [list(line.get_ydata()) for line in ttft.get_lines()] == [[200, 90, 100], [210, 300, 420]]
+    shares = [line.get_ydata().tolist() for line in cached.get_lines()]
+    assert shares[0] == [0, 80, 80]
+    assert shares[1][0] == 0 and pd.isna(shares[1][1]) and shares[1][2] == 80  # a gap, not a zero
+    assert texts(plots.session_ttft_by_turn(session_rows("failed"))) == ["no data: no measured cell"] * 2
 
 
 def test_the_pareto_graph_draws_each_config_and_names_the_frontier(seed000_natural):

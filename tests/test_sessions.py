@@ -292,3 +292,6 @@ def test_the_workflow_measures_sessions_whose_later_turns_the_prefix_cache_serve
     print(section)
     assert "- `S_q4_1_n0` dialogue, 1 at once: by turn 4 the prompt is " in section
     assert section.count("| `S_q4_1_n0` | dialogue | ") == 8
+    # the session graph, drawn by the workflow and shown in the report
+    assert Path("graphs/session_ttft_by_turn.png").stat().st_size > 0
+    assert "![session_ttft_by_turn](../graphs/session_ttft_by_turn.png)" in report

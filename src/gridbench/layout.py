@@ -73,6 +73,8 @@ NATURAL_GRAPHS = (
     "natural_pareto",
 )
 QUALITY_GRAPHS = ("quality_frontier",)
+LOAD_GRAPHS = ("load_slo_vs_rate",)
+SESSION_GRAPHS = ("session_ttft_by_turn",)
 # the report's heading of each graph
 GRAPH_TITLES = {
     "decode_vs_context": "Decode throughput vs context depth",
@@ -88,6 +90,8 @@ GRAPH_TITLES = {
     "natural_tpot_vs_concurrency": "Natural prompts: TPOT p50 and p95 vs concurrency",
     "natural_pareto": "Natural prompts: throughput per GPU against per-user speed (Pareto frontier)",
     "quality_frontier": "Quality against speed: greedy agreement with the reference over decode speed-up",
+    "load_slo_vs_rate": "Open-loop load: SLO attainment and goodput vs offered rate",
+    "session_ttft_by_turn": "Multi-turn sessions: TTFT and the prefix cache's share of the prompt by turn",
 }
 
 

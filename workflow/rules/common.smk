@@ -96,9 +96,11 @@ def get_session_results(wildcards):
 
 def get_graphs(wildcards):
     """Every graph of the study, in report order (natural ones with a natural matrix, the
-    quality one with a quality section)."""
+    quality, load and session ones with those sections)."""
     names = layout.DEPTH_GRAPHS + (layout.NATURAL_GRAPHS if GRID.natural else ())
     names += layout.QUALITY_GRAPHS if GRID.quality else ()
+    names += layout.LOAD_GRAPHS if GRID.load else ()
+    names += layout.SESSION_GRAPHS if GRID.sessions else ()
     return [layout.GRAPH.format(graph=name) for name in names]
 
 
@@ -268,6 +270,8 @@ localrules:
     plot_depth_graphs,
     plot_natural_graphs,
     plot_quality_graph,
+    plot_load_graph,
+    plot_session_graph,
     render_report,
     render_explorer,
 

@@ -114,6 +114,38 @@ rule plot_quality_graph:
         " --outdir graphs > {log:q} 2>&1"
 
 
+rule plot_load_graph:
+    input:
+        layout.LOAD_PARQUET,
+    output:
+        report(
+            "graphs/load_slo_vs_rate.png",
+            caption="../report/load_slo_vs_rate.rst",
+            category="Graphs",
+            subcategory="Load",
+        ),
+    log:
+        "logs/graphs/load.log",
+    shell:
+        "gridbench plot load --dataset {input:q} --outdir graphs > {log:q} 2>&1"
+
+
+rule plot_session_graph:
+    input:
+        layout.SESSIONS_PARQUET,
+    output:
+        report(
+            "graphs/session_ttft_by_turn.png",
+            caption="../report/session_ttft_by_turn.rst",
+            category="Graphs",
+            subcategory="Sessions",
+        ),
+    log:
+        "logs/graphs/sessions.log",
+    shell:
+        "gridbench plot sessions --dataset {input:q} --outdir graphs > {log:q} 2>&1"
+
+
 rule render_report:
     input:
         unpack(get_report_inputs),

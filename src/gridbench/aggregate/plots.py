@@ -1,6 +1,6 @@
 """The graphs: PNG files drawn headless (matplotlib's Agg canvas, no pyplot state).
 
-Every graph named in layout.DEPTH_GRAPHS / NATURAL_GRAPHS / QUALITY_GRAPHS is always written; one with nothing
+Every graph named in layout's *_GRAPHS tuples is always written; one with nothing
 to show says so on the canvas ("no data: ..."), so the workflow's outputs never go missing.
 """
 
@@ -531,6 +531,129 @@ def quality_frontier(quality: pd.DataFrame, depth: pd.DataFrame) -> Figure:
     return fig
 
 
+# --- the load and session graphs --------------------------------------------------------
+
+
+def _panel_columns(frame: pd.DataFrame, keys: list[str]) -> list[tuple[Any, ...]]:
+    """The distinct values of ``keys`` in the frame's order: one column of panels each."""
+    return list(dict.fromkeys(frame[keys].itertuples(index=False, name=None))) or [("(none)",) * len(keys)]
+
+
+def load_slo_vs_rate(load: pd.DataFrame) -> Figure:
+    """Per prompt class and arrival process: each config's SLO attainment (top) and goodput
+    (bottom) over the offered rate; the required attainment dashed, a saturated level crossed."""
+    panels = _panel_columns(load, ["prompt_class", "arrival"])
+    fig, axes = _figure(
+        layout.GRAPH_TITLES["load_slo_vs_rate"], ncols=len(panels), nrows=2, size=(5.5 * len(panels) + 3, 7.5)
+    )
+    ok = load[load["status"] == "ok"]
+    styles = config_styles(load) if not load.empty else {}
+    for column, (prompt_class, arrival) in enumerate(panels):
+        attainment, goodput = axes[column], axes[len(panels) + column]
+        attainment.set_title(f"{prompt_class}, {arrival} arrivals", fontsize=10)
+        rows = ok[(ok["prompt_class"] == prompt_class) & (ok["arrival"] == arrival)]
+        if rows.empty:
+            _no_data(attainment, "no measured cell")
+            _no_data(goodput, "no measured cell")
+            continue
+        for config in analysis.config_order(load):
+            mine = rows[rows["config"] == config].sort_values("rate_req_s")
+            if mine.empty:
+                continue
+            style = styles[config]
+            rate = mine["rate_req_s"].astype(float)
+            attainment.plot(
+                rate,
+                100 * mine["slo_attainment_share"].astype(float),
+                color=style.color,
+                marker=style.marker,
+                linestyle=style.linestyle,
+                label=style.label,
+            )
+            goodput.plot(
+                rate,
+                mine["goodput_tok_s"].astype(float),
+                color=style.color,
+                marker=style.marker,
+                linestyle=style.linestyle,
+            )
+            saturated = mine[mine["saturated"].astype(bool)]
+            goodput.plot(
+                saturated["rate_req_s"].astype(float),
+                saturated["goodput_tok_s"].astype(float),
+                color=style.color,
+                marker="x",
+                markersize=11,
+                linestyle="none",
+            )
+        required = rows["slo_attainment_required"].dropna()
+        if not required.empty:
+            attainment.axhline(100 * float(required.iloc[0]), color="grey", linestyle="--", linewidth=1)
+        attainment.set_ylim(-3, 103)
+        attainment.set_ylabel("requests meeting the SLO (%)")
+        goodput.set_ylabel("goodput (output tok/s)")
+        for ax in (attainment, goodput):
+            ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        goodput.set_xlabel("offered rate (requests/s; x: saturated)")
+    _legend(axes[len(panels) - 1])
+    return fig
+
+
+def session_ttft_by_turn(sessions: pd.DataFrame) -> Figure:
+    """Per prompt class and conversation count: each config's TTFT p50 by turn (top) and the
+    share of its prompt tokens the engine took from its prefix cache (bottom)."""
+    panels = _panel_columns(sessions, ["prompt_class", "sessions"])
+    fig, axes = _figure(
+        layout.GRAPH_TITLES["session_ttft_by_turn"],
+        ncols=len(panels),
+        nrows=2,
+        size=(5.5 * len(panels) + 3, 7.5),
+    )
+    ok = sessions[sessions["status"] == "ok"]
+    styles = config_styles(sessions) if not sessions.empty else {}
+    turns = sorted(int(t) for t in sessions["turn"].dropna().unique())
+    for column, (prompt_class, count) in enumerate(panels):
+        ttft, cached = axes[column], axes[len(panels) + column]
+        ttft.set_title(f"{prompt_class}, {count} at once", fontsize=10)
+        rows = ok[(ok["prompt_class"] == prompt_class) & (ok["sessions"] == count)]
+        if rows.empty:
+            _no_data(ttft, "no measured cell")
+            _no_data(cached, "no measured cell")
+            continue
+        for config in analysis.config_order(sessions):
+            mine = rows[rows["config"] == config].sort_values("turn")
+            if mine.empty:
+                continue
+            style = styles[config]
+            turn = mine["turn"].astype(int)
+            ttft.plot(
+                turn,
+                mine["ttft_ms_p50"].astype(float),
+                color=style.color,
+                marker=style.marker,
+                linestyle=style.linestyle,
+                label=style.label,
+            )
+            # None where the engine gave no count: a gap in the line, never a zero
+            cached.plot(
+                turn,
+                100 * mine["cached_prompt_share"].astype(float),
+                color=style.color,
+                marker=style.marker,
+                linestyle=style.linestyle,
+            )
+        ttft.set_ylabel("TTFT p50 (ms)")
+        ttft.set_ylim(bottom=0)
+        cached.set_ylabel("prompt tokens from the cache (%)")
+        cached.set_ylim(-3, 103)
+        for ax in (ttft, cached):
+            ax.set_xticks(turns)
+        cached.set_xlabel("turn")
+    _legend(axes[len(panels) - 1])
+    return fig
+
+
 # --- writing ----------------------------------------------------------------------------
 
 
@@ -556,6 +679,14 @@ def natural_figures(natural: pd.DataFrame) -> dict[str, Callable[[], Figure]]:
 
 def quality_figures(quality: pd.DataFrame, depth: pd.DataFrame) -> dict[str, Callable[[], Figure]]:
     return {"quality_frontier": lambda: quality_frontier(quality, depth)}
+
+
+def load_figures(load: pd.DataFrame) -> dict[str, Callable[[], Figure]]:
+    return {"load_slo_vs_rate": lambda: load_slo_vs_rate(load)}
+
+
+def session_figures(sessions: pd.DataFrame) -> dict[str, Callable[[], Figure]]:
+    return {"session_ttft_by_turn": lambda: session_ttft_by_turn(sessions)}
 
 
 def save(figures: Mapping[str, Callable[[], Figure]], outdir: Path) -> list[Path]:

@@ -221,10 +221,14 @@ def cmd_finalize(args: argparse.Namespace) -> int:
     if grid.quality:
         quality = write_quality_dataset(grid, root / layout.QUALITY_CSV, root / layout.QUALITY_PARQUET)
         figures.update(plots.quality_figures(quality, depth))
-    load = write_load_dataset(grid, root / layout.LOAD_CSV, root / layout.LOAD_PARQUET) if grid.load else None
+    load = None
+    if grid.load:
+        load = write_load_dataset(grid, root / layout.LOAD_CSV, root / layout.LOAD_PARQUET)
+        figures.update(plots.load_figures(load))
     sessions = None
     if grid.sessions:
         sessions = write_sessions_dataset(grid, root / layout.SESSIONS_CSV, root / layout.SESSIONS_PARQUET)
+        figures.update(plots.session_figures(sessions))
     graphs = plots.save(figures, root / Path(layout.GRAPH).parent)
     print(f"wrote {len(graphs)} graphs to {root / Path(layout.GRAPH).parent}")
     write_report(

@@ -177,6 +177,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
         if args.quality is None:
             raise GridbenchError("gridbench plot quality: --quality is required (dataset/quality.parquet)")
         figures = plots.quality_figures(read_frame(args.quality), read_frame(args.dataset))
+    elif args.matrix == "load":
+        figures = plots.load_figures(read_frame(args.dataset))
+    elif args.matrix == "sessions":
+        figures = plots.session_figures(read_frame(args.dataset))
     else:
         figures = plots.natural_figures(read_frame(args.dataset))
     for path in plots.save(figures, args.outdir):
@@ -341,8 +345,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p = sub.add_parser("plot", help="draw the graphs of one matrix from its dataset (PNG)")
     p.add_argument(
         "matrix",
-        choices=["depth", "natural", "quality"],
-        help="depth: dataset.parquet; natural: natural.parquet; quality: --quality beside dataset.parquet",
+        choices=["depth", "natural", "quality", "load", "sessions"],
+        help="depth: dataset.parquet; natural: natural.parquet; quality: --quality beside dataset.parquet;"
+        " load: load.parquet; sessions: sessions.parquet",
     )
     p.add_argument("--dataset", required=True, type=Path, help="the matrix's Parquet dataset")
     p.add_argument("--grid", type=Path, help=f"{grid_help}; depth graphs need it for the baselines")
