@@ -194,12 +194,17 @@ def test_a_cell_end_to_end_on_the_warm_engine(site, monkeypatch):
     assert prov["spec_decode"]["acceptance_rate"] >= 0.95
 
 
+REAL = ["V_real_n0", "V_real_ngram", "V_real_draft"]  # the CI grid's configs on the real model
+
+
 @pytest.mark.docker
 @pytest.mark.workflow
 def test_ci_grid_in_containers_end_to_end(workdir):
-    """config/ci-vllm.yaml as CI runs it: models written by the workflow, vLLM in containers,
-    one start per config; the real model's draft accepts part of its tokens, the random
-    self-draft all of them."""
+    """config/ci-vllm.yaml's real-model configs as CI runs them: models written by the workflow,
+    vLLM in containers, one start per config; the real model's draft accepts part of its
+    tokens. (The random self-draft's mechanism check, acceptance near 1, runs on the same vLLM
+    as a host process above: test_a_cell_end_to_end_on_the_warm_engine; a fourth container
+    start would cost CI about a minute for the same check.)"""
     import docker
 
     docker.from_env().images.get(VLLM_IMAGE)  # built by scripts/build_vllm_cpu_image.sh
@@ -209,24 +214,32 @@ def test_ci_grid_in_containers_end_to_end(workdir):
     shutil.rmtree(workdir / "resources/models/vllm", ignore_errors=True)
     snakemake = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile")]
     result = subprocess.run(
-        [*snakemake, "-d", str(workdir), "-j1", "--configfile", "grid.yaml"],
+        [
+            *snakemake,
+            "-d",
+            str(workdir),
+            "-j1",
+            "--configfile",
+            "grid.yaml",
+            "--config",
+            f"config={','.join(REAL)}",
+        ],
         capture_output=True,
         text=True,
         timeout=1200,
     )
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
     events = [json.loads(line) for line in (workdir / "logs/engines/events.jsonl").read_text().splitlines()]
-    assert [e["config"] for e in events if e["event"] == "start"] == list(config["configs"])
+    assert [e["config"] for e in events if e["event"] == "start"] == REAL
     assert events[-1]["event"] == "stop"
 
     frame = pd.read_parquet(workdir / "dataset/dataset.parquet")
     print(frame[["config", "context_tokens", "decode_tps", "ttft_ms", "acceptance_rate", "engine_startup_s"]])
-    assert len(frame) == len(config["configs"]) * len(config["depths"])
+    assert len(frame) == len(REAL) * len(config["depths"])
     assert (frame["status"] == "ok").all() and (frame["decode_tps"] > 0).all()
     assert (frame["engine_version"] == "0.32.0").all() and (frame["engine_startup_s"] > 0).all()
     assert frame["prefix_cache_reset"].all()
     by_config = frame.groupby("config")["acceptance_rate"]
-    assert by_config.min()["V_f32_self"] >= 0.95  # the mechanism check
     # a real draft (the same weights in Q4_0): most drafted tokens accepted, never all
     assert by_config.min()["V_real_draft"] > 0.2 and by_config.max()["V_real_draft"] < 0.99
     ngram = frame[(frame["config"] == "V_real_ngram") & (frame["spec_draft_tokens"] > 0)]
@@ -242,7 +255,8 @@ def test_ci_grid_in_containers_end_to_end(workdir):
     assert len({w["sha256"] for w in prov["weights"]}) == 2
     natural = pd.read_csv(workdir / "dataset/natural.csv")
     assert (natural["status"] == "ok").all()
-    dialogue = natural[(natural["prompt_class"] == "dialogue") & natural["config"].str.startswith("V_real")]
+    assert len(natural) == len(REAL) * 2 and set(natural["prompt_class"]) == {"dialogue"}
+    dialogue = natural
     assert (dialogue["ended_on_eos"] > 0).all() and (dialogue["output_tokens_p50"] < 96).all()
 
 
