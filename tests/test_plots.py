@@ -174,14 +174,14 @@ def test_the_load_graph_draws_attainment_and_goodput_by_rate_with_the_target_and
     assert list(lines[0].get_xdata()) == [2, 8, 32] and list(lines[0].get_ydata()) == [100, 95, 20]
     assert list(lines[1].get_ydata()) == [100, 50, 0]
     assert list(lines[-1].get_ydata()) == [90, 90]  # the required attainment
-    # each config's goodput, then its saturated level crossed
+    # each config's goodput, then each one's saturated level crossed
     assert [list(line.get_ydata()) for line in goodput.get_lines()] == [
         [200.0, 760.0, 640.0],
-        [640.0],
         [200.0, 400.0, 0.0],
+        [640.0],
         [0.0],
     ]
-    assert goodput.get_lines()[1].get_marker() == "x"
+    assert [line.get_marker() for line in goodput.get_lines()[2:]] == ["x", "x"]
     assert texts(plots.load_slo_vs_rate(load_rows("failed"))) == ["no data: no measured cell"] * 2
 
 

@@ -534,123 +534,109 @@ def quality_frontier(quality: pd.DataFrame, depth: pd.DataFrame) -> Figure:
 # --- the load and session graphs --------------------------------------------------------
 
 
-def _panel_columns(frame: pd.DataFrame, keys: list[str]) -> list[tuple[Any, ...]]:
-    """The distinct values of ``keys`` in the frame's order: one column of panels each."""
-    return list(dict.fromkeys(frame[keys].itertuples(index=False, name=None))) or [("(none)",) * len(keys)]
+class PanelColumn(NamedTuple):
+    upper: Axes
+    lower: Axes
+    rows: pd.DataFrame  # the column's measured rows
+
+
+def _two_row_panels(
+    frame: pd.DataFrame,
+    title: str,
+    keys: list[str],
+    heading: Callable[..., str],
+    x: str,
+    upper: Callable[[pd.DataFrame], pd.Series],
+    lower: Callable[[pd.DataFrame], pd.Series],
+) -> tuple[Figure, list[PanelColumn]]:
+    """A column of two panels per distinct value of ``keys`` (in the frame's order): each
+    config's ``upper`` and ``lower`` values over ``x`` as one line each, in its style; a column
+    without a measured row says so. Returns the figure and the columns that have rows."""
+    panels = list(dict.fromkeys(frame[keys].itertuples(index=False, name=None))) or [("(none)",) * len(keys)]
+    fig, axes = _figure(title, ncols=len(panels), nrows=2, size=(5.5 * len(panels) + 3, 7.5))
+    ok = frame[frame["status"] == "ok"]
+    styles = config_styles(frame) if not frame.empty else {}
+    columns = []
+    for index, values in enumerate(panels):
+        column = PanelColumn(axes[index], axes[len(panels) + index], ok)
+        for key, value in zip(keys, values, strict=True):
+            column = column._replace(rows=column.rows[column.rows[key] == value])
+        column.upper.set_title(heading(*values), fontsize=10)
+        if column.rows.empty:
+            _no_data(column.upper, "no measured cell")
+            _no_data(column.lower, "no measured cell")
+            continue
+        for config in analysis.config_order(frame):
+            mine = column.rows[column.rows["config"] == config].sort_values(x)
+            if not mine.empty:
+                style = styles[config]
+                line = {"color": style.color, "marker": style.marker, "linestyle": style.linestyle}
+                column.upper.plot(mine[x].astype(float), upper(mine), label=style.label, **line)
+                column.lower.plot(mine[x].astype(float), lower(mine), **line)
+        columns.append(column)
+    _legend(axes[len(panels) - 1])
+    return fig, columns
 
 
 def load_slo_vs_rate(load: pd.DataFrame) -> Figure:
     """Per prompt class and arrival process: each config's SLO attainment (top) and goodput
     (bottom) over the offered rate; the required attainment dashed, a saturated level crossed."""
-    panels = _panel_columns(load, ["prompt_class", "arrival"])
-    fig, axes = _figure(
-        layout.GRAPH_TITLES["load_slo_vs_rate"], ncols=len(panels), nrows=2, size=(5.5 * len(panels) + 3, 7.5)
+    fig, columns = _two_row_panels(
+        load,
+        layout.GRAPH_TITLES["load_slo_vs_rate"],
+        ["prompt_class", "arrival"],
+        lambda prompt_class, arrival: f"{prompt_class}, {arrival} arrivals",
+        "rate_req_s",
+        lambda rows: 100 * rows["slo_attainment_share"].astype(float),
+        lambda rows: rows["goodput_tok_s"].astype(float),
     )
-    ok = load[load["status"] == "ok"]
     styles = config_styles(load) if not load.empty else {}
-    for column, (prompt_class, arrival) in enumerate(panels):
-        attainment, goodput = axes[column], axes[len(panels) + column]
-        attainment.set_title(f"{prompt_class}, {arrival} arrivals", fontsize=10)
-        rows = ok[(ok["prompt_class"] == prompt_class) & (ok["arrival"] == arrival)]
-        if rows.empty:
-            _no_data(attainment, "no measured cell")
-            _no_data(goodput, "no measured cell")
-            continue
-        for config in analysis.config_order(load):
-            mine = rows[rows["config"] == config].sort_values("rate_req_s")
-            if mine.empty:
-                continue
-            style = styles[config]
-            rate = mine["rate_req_s"].astype(float)
-            attainment.plot(
-                rate,
-                100 * mine["slo_attainment_share"].astype(float),
-                color=style.color,
-                marker=style.marker,
-                linestyle=style.linestyle,
-                label=style.label,
-            )
-            goodput.plot(
-                rate,
+    for column in columns:
+        saturated = column.rows[column.rows["saturated"].astype(bool)]
+        for config, mine in saturated.groupby("config", sort=False):
+            column.lower.plot(
+                mine["rate_req_s"].astype(float),
                 mine["goodput_tok_s"].astype(float),
-                color=style.color,
-                marker=style.marker,
-                linestyle=style.linestyle,
-            )
-            saturated = mine[mine["saturated"].astype(bool)]
-            goodput.plot(
-                saturated["rate_req_s"].astype(float),
-                saturated["goodput_tok_s"].astype(float),
-                color=style.color,
+                color=styles[str(config)].color,
                 marker="x",
                 markersize=11,
                 linestyle="none",
             )
-        required = rows["slo_attainment_required"].dropna()
+        required = column.rows["slo_attainment_required"].dropna()
         if not required.empty:
-            attainment.axhline(100 * float(required.iloc[0]), color="grey", linestyle="--", linewidth=1)
-        attainment.set_ylim(-3, 103)
-        attainment.set_ylabel("requests meeting the SLO (%)")
-        goodput.set_ylabel("goodput (output tok/s)")
-        for ax in (attainment, goodput):
+            column.upper.axhline(100 * float(required.iloc[0]), color="grey", linestyle="--", linewidth=1)
+        column.upper.set_ylim(-3, 103)
+        column.upper.set_ylabel("requests meeting the SLO (%)")
+        column.lower.set_ylabel("goodput (output tok/s)")
+        for ax in (column.upper, column.lower):
             ax.set_xscale("log", base=2)
             ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-        goodput.set_xlabel("offered rate (requests/s; x: saturated)")
-    _legend(axes[len(panels) - 1])
+        column.lower.set_xlabel("offered rate (requests/s; x: saturated)")
     return fig
 
 
 def session_ttft_by_turn(sessions: pd.DataFrame) -> Figure:
     """Per prompt class and conversation count: each config's TTFT p50 by turn (top) and the
-    share of its prompt tokens the engine took from its prefix cache (bottom)."""
-    panels = _panel_columns(sessions, ["prompt_class", "sessions"])
-    fig, axes = _figure(
+    share of its prompt tokens the engine took from its prefix cache (bottom; None where the
+    engine gave no count: a gap in the line, never a zero)."""
+    fig, columns = _two_row_panels(
+        sessions,
         layout.GRAPH_TITLES["session_ttft_by_turn"],
-        ncols=len(panels),
-        nrows=2,
-        size=(5.5 * len(panels) + 3, 7.5),
+        ["prompt_class", "sessions"],
+        lambda prompt_class, count: f"{prompt_class}, {count} at once",
+        "turn",
+        lambda rows: rows["ttft_ms_p50"].astype(float),
+        lambda rows: 100 * rows["cached_prompt_share"].astype(float),
     )
-    ok = sessions[sessions["status"] == "ok"]
-    styles = config_styles(sessions) if not sessions.empty else {}
     turns = sorted(int(t) for t in sessions["turn"].dropna().unique())
-    for column, (prompt_class, count) in enumerate(panels):
-        ttft, cached = axes[column], axes[len(panels) + column]
-        ttft.set_title(f"{prompt_class}, {count} at once", fontsize=10)
-        rows = ok[(ok["prompt_class"] == prompt_class) & (ok["sessions"] == count)]
-        if rows.empty:
-            _no_data(ttft, "no measured cell")
-            _no_data(cached, "no measured cell")
-            continue
-        for config in analysis.config_order(sessions):
-            mine = rows[rows["config"] == config].sort_values("turn")
-            if mine.empty:
-                continue
-            style = styles[config]
-            turn = mine["turn"].astype(int)
-            ttft.plot(
-                turn,
-                mine["ttft_ms_p50"].astype(float),
-                color=style.color,
-                marker=style.marker,
-                linestyle=style.linestyle,
-                label=style.label,
-            )
-            # None where the engine gave no count: a gap in the line, never a zero
-            cached.plot(
-                turn,
-                100 * mine["cached_prompt_share"].astype(float),
-                color=style.color,
-                marker=style.marker,
-                linestyle=style.linestyle,
-            )
-        ttft.set_ylabel("TTFT p50 (ms)")
-        ttft.set_ylim(bottom=0)
-        cached.set_ylabel("prompt tokens from the cache (%)")
-        cached.set_ylim(-3, 103)
-        for ax in (ttft, cached):
+    for column in columns:
+        column.upper.set_ylabel("TTFT p50 (ms)")
+        column.upper.set_ylim(bottom=0)
+        column.lower.set_ylabel("prompt tokens from the cache (%)")
+        column.lower.set_ylim(-3, 103)
+        for ax in (column.upper, column.lower):
             ax.set_xticks(turns)
-        cached.set_xlabel("turn")
-    _legend(axes[len(panels) - 1])
+        column.lower.set_xlabel("turn")
     return fig
 
 
