@@ -28,6 +28,11 @@ step "python environment (.venv)"
 .venv/bin/pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v 'is ignored' || true
 .venv/bin/python -c 'import gridbench, snakemake, xllamacpp' # fail early if the install broke
 export PATH="$PWD/.venv/bin:$PATH"
+# the real models' test folders (Gemma 3's takes about 40 s), written by the first pytest
+# session below and read by the next (tests/conftest.py, real_model_folder)
+GRIDBENCH_TEST_ASSETS=$(mktemp -d)
+export GRIDBENCH_TEST_ASSETS
+trap 'rm -rf "$GRIDBENCH_TEST_ASSETS"' EXIT
 
 step "engine images (built only when missing)"
 bash scripts/build_llamacpp_cpu_image.sh

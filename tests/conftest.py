@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,30 @@ def demo_assets(tmp_path_factory) -> Path:
     write_demo_models(root / "resources/models/demo")
     write_corpus(root / "resources/corpus/book.txt")
     return root
+
+
+SMOLLM2_COPIES = ("q8_0", "f16", "q4_0")  # every copy a test of SmolLM2's real weights reads
+
+
+def real_model_folder(tmp_path_factory, name: str, file_types: tuple[str, ...]) -> Path:
+    """write_real_model's folder, written once per test run. scripts/test.sh points
+    GRIDBENCH_TEST_ASSETS at a folder of its own run, so its second pytest session reads what
+    the first wrote (the same checkout: never stale; Gemma 3's alone takes about 40 s); without
+    it, each session writes its own."""
+    from gridbench.assets.real_models import write_real_model
+
+    shared = os.environ.get("GRIDBENCH_TEST_ASSETS")
+    if not shared:
+        outdir = tmp_path_factory.mktemp(name)
+        write_real_model(name, outdir, file_types)
+        return outdir
+    outdir = Path(shared) / "-".join((name, *file_types))
+    if not outdir.is_dir():  # written aside and renamed: a folder there is a whole one
+        Path(shared).mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=shared))
+        write_real_model(name, partial, file_types)
+        partial.rename(outdir)
+    return outdir
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from conftest import REPO, free_port, load_yaml
+from conftest import REPO, free_port, load_yaml, real_model_folder
 from gridbench.assets.gguf_to_hf import gemma3_hf_name
 from gridbench.assets.manifest import MANIFEST, Manifest, sha256_of
-from gridbench.assets.real_models import REAL_MODELS, write_real_hf, write_real_model
+from gridbench.assets.real_models import REAL_MODELS, write_real_hf
 from gridbench.assets.safetensors_stream import read_safetensors, to_bfloat16
 from gridbench.config.loading import load_grid
 from gridbench.engines.manager import SlotManager
@@ -48,9 +48,7 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 @pytest.fixture(scope="session")  # built once, however the tests are shuffled
 def gemma(tmp_path_factory) -> Path:
     """The model folder, written once: the assembled Q4_K_M, its Q8_0 copy, the tokenizer."""
-    outdir = tmp_path_factory.mktemp("gemma3")
-    write_real_model(GEMMA.name, outdir, ("q8_0",))
-    return outdir
+    return real_model_folder(tmp_path_factory, GEMMA.name, ("q8_0",))
 
 
 @pytest.fixture(scope="session")  # built once, however the tests are shuffled

