@@ -503,12 +503,34 @@ def test_the_workflow_measures_load_cells_on_llamacpp_and_writes_the_load_datase
 
 
 def test_the_next_rate_bisects_the_bracket_until_the_tolerance():
-    assert next_rate({10.0: True, 30.0: False}, 0.05) == 20.0
-    assert next_rate({10.0: True, 20.0: True, 30.0: False}, 0.05) == 25.0
-    assert next_rate({10.0: True, 30.0: True}, 0.05) is None  # no failing rate: nothing to bisect
-    assert next_rate({10.0: False, 30.0: False}, 0.05) is None  # no passing rate
-    assert next_rate({20.0: True, 20.9: False}, 0.05) is None  # within 5 % of 20
-    assert next_rate({10.0: True, 12.0: False, 30.0: True}, 0.05) == 11.0  # 30 passing above 12 is noise
+    settings = SearchSettings(max_probes=4, tolerance=0.05, growth=4)
+    assert next_rate({10.0: True, 30.0: False}, settings) == 20.0
+    assert next_rate({10.0: True, 20.0: True, 30.0: False}, settings) == 25.0
+    assert next_rate({20.0: True, 20.9: False}, settings) is None  # within 5 % of 20
+    assert next_rate({10.0: True, 12.0: False, 30.0: True}, settings) == 11.0  # 30 passing above 12 is noise
+    assert next_rate({}, settings) is None
+
+
+def test_the_next_rate_climbs_past_rates_that_all_meet_the_slo_and_descends_below_rates_that_all_miss():
+    settings = SearchSettings(max_probes=4, tolerance=0.05, growth=4)
+    assert next_rate({10.0: True, 30.0: True}, settings) == 120.0  # no failing rate: the highest x 4
+    assert next_rate({10.0: False, 30.0: False}, settings) == 2.5  # no passing rate: the lowest / 4
+    assert next_rate({1024.0: True}, SearchSettings(4, 0.05, growth=3)) == 3070.0  # 3 significant digits
+
+
+def test_a_search_whose_listed_rates_all_meet_the_slo_climbs_then_brackets_the_capacity():
+    """The GPU study's vLLM met the SLO at every listed rate, so a search that only bisected
+    added nothing: it climbs until a rate misses, then bisects, within max_probes."""
+    capacity = 700.0
+    settings = SearchSettings(max_probes=8, tolerance=0.1, growth=4)
+    found = search_capacity([4.0, 16.0, 64.0], settings, lambda rate: rate <= capacity)
+    assert list(found.outcomes)[3:5] == [256.0, 1020.0]  # 64 x 4, then 256 x 4 (3 digits)
+    assert found.converged and found.probes <= settings.max_probes
+    assert found.bracket.passing_req_s <= capacity < found.bracket.failing_req_s
+    assert found.bracket.failing_req_s - found.bracket.passing_req_s <= 0.1 * found.bracket.passing_req_s
+    # and down from rates that all miss it
+    low = search_capacity([64.0, 256.0], settings, lambda rate: rate <= 10.0)
+    assert list(low.outcomes)[2] == 16.0 and low.converged and low.bracket.passing_req_s <= 10.0
 
 
 class Interrupted(Exception):
@@ -519,7 +541,7 @@ def test_the_search_finds_the_paced_servers_capacity_and_resumes_where_it_stoppe
     """Each probe is a load cell's raw file; a search stopped after three measures only the
     rest when run again, and a finished one measures nothing."""
     slo = Slo(ttft_ms=60, tpot_ms=15, percentile=90, attainment=0.9)
-    settings = SearchSettings(max_probes=5, tolerance=0.05)
+    settings = SearchSettings(max_probes=5, tolerance=0.05, growth=4)
     measured: list[float] = []
 
     def search(server, stop_after: int | None = None) -> Search:

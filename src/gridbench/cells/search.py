@@ -1,6 +1,7 @@
 """The capacity search: after a config's listed rates, load cells at the rate bisecting the
 highest one meeting the SLO and the lowest one missing it, until the two are within the
-tolerance or the probes run out.
+tolerance or the probes run out. Where every rate measured meets the SLO it climbs (the
+highest times the growth factor), where none does it descends, until a bracket exists.
 
 The next rate is a pure function of the outcomes so far (``next_rate``), so a search that
 reads the cells it already measured takes the same steps again: an interrupted search
@@ -41,15 +42,24 @@ def bracket(outcomes: Mapping[float, bool]) -> Bracket:
     return Bracket(passing, failing)
 
 
-def next_rate(outcomes: Mapping[float, bool], tolerance: float) -> float | None:
-    """The midpoint of the bracket; None without both ends, or once they are within
-    ``tolerance`` of the passing rate (or the midpoint was measured already)."""
+def next_rate(outcomes: Mapping[float, bool], settings: SearchSettings) -> float | None:
+    """The midpoint of the bracket; without a failing rate the highest passing one times
+    ``settings.growth``, without a passing one the lowest failing one divided by it; None once
+    the ends are within the tolerance of the passing rate (or the rate was measured already)."""
     ends = bracket(outcomes)
     low, high = ends.passing_req_s, ends.failing_req_s
-    if low is None or high is None or (high - low) <= tolerance * low:
+    if low is not None and high is not None:
+        if high - low <= settings.tolerance * low:
+            return None
+        candidate = (low + high) / 2
+    elif low is not None:
+        candidate = low * settings.growth
+    elif high is not None:
+        candidate = high / settings.growth
+    else:
         return None
-    middle = float(f"{(low + high) / 2:.{_DIGITS}g}")
-    return None if middle in outcomes else middle
+    rate = float(f"{candidate:.{_DIGITS}g}")
+    return None if rate in outcomes else rate
 
 
 @dataclass(frozen=True)
@@ -65,10 +75,10 @@ class Search:
 def search_capacity(
     rates: Sequence[float], settings: SearchSettings, outcome: Callable[[float], bool]
 ) -> Search:
-    """The listed rates, ascending, then at most ``settings.max_probes`` bisecting ones."""
+    """The listed rates, ascending, then at most ``settings.max_probes`` added ones."""
     outcomes = {rate: outcome(rate) for rate in sorted(rates)}
     probes = 0
-    while probes < settings.max_probes and (rate := next_rate(outcomes, settings.tolerance)) is not None:
+    while probes < settings.max_probes and (rate := next_rate(outcomes, settings)) is not None:
         outcomes[rate] = outcome(rate)
         probes += 1
     ends = bracket(outcomes)

@@ -57,10 +57,12 @@ class Slo:
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """The capacity search's bounds: how many cells it may add, and how close it stops."""
+    """The capacity search's bounds: how many cells it may add, how close it stops, and how far
+    it steps past the listed rates while they all meet the SLO (or all miss it)."""
 
     max_probes: int
     tolerance: float  # of the highest rate meeting the SLO
+    growth: float
 
 
 @dataclass(frozen=True)
