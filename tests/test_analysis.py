@@ -310,6 +310,30 @@ def test_the_start_up_section_says_which_starts_found_their_compile_cache_warm()
     assert "compile cache" not in plain
 
 
+def test_the_start_up_section_counts_the_starts_of_quality_load_and_session_cells():
+    """A loan whose sweep stopped vLLM and whose load cells started it again with the compile
+    cache warm: that start (56 s against 89 s cold on the H100) is in the table, as are a quality
+    cell's own start and a session cell's, counted once for its turns."""
+
+    def cell(config, startup_s, cache, **more):
+        row = {"config": config, "engine_label": "vLLM", "fingerprint": "f" + config}
+        return row | {"engine_startup_s": startup_s, "engine_compile_cache": cache, "status": "ok", **more}
+
+    depth = pd.DataFrame([cell("a", 89.0, "miss")])
+    quality = pd.DataFrame([cell("a", 88.0, "miss")])
+    load = pd.DataFrame([cell("a", 56.2, "hit"), cell("a", 56.2, "hit")])
+    turns = [cell("a", 87.3, "miss", prompt_class="dialogue", sessions=1, turn=t) for t in (1, 2, 3)]
+    text = startup_section(depth, None, quality, load, pd.DataFrame(turns))
+    rows = [line for line in text.splitlines() if line.startswith("| `a`")]
+    assert rows == [
+        "| `a` | vLLM | 89.0 | 1 | miss |",
+        "| `a` | vLLM | 88.0 | 1 | miss |",
+        "| `a` | vLLM | 56.2 | 2 | hit |",
+        "| `a` | vLLM | 87.3 | 1 | miss |",
+    ]
+    assert "4 starts took" in text and "1 of the 4 starts that keep a compile cache" in text
+
+
 @pytest.mark.parametrize(
     ("spec_values", "expected"),
     [

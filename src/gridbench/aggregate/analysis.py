@@ -293,6 +293,11 @@ class EngineStart:
     compile_cache: str | None = None  # "hit", "miss", or None: the kind keeps none, or an older record
 
 
+def session_cells(sessions: pd.DataFrame) -> pd.DataFrame:
+    """The sessions dataset holds a row per turn: a cell is its first turn's row."""
+    return sessions.sort_values("turn", kind="stable").drop_duplicates(["config", "prompt_class", "sessions"])
+
+
 def engine_starts(frames: Iterable[pd.DataFrame | None]) -> list[EngineStart]:
     """Every engine start behind the measured cells, in the frames' order. A cell records the
     start-up of the engine it ran on, a reused one's too, so one (fingerprint, start-up) is

@@ -77,7 +77,7 @@ def render_report(
         "## Summary: decode tok/s and TTFT by context depth\n\n" + summary_table(dataset),
         "## Speedup over baseline\n\n" + speedup_section(dataset, study),
         "## Engine comparison\n\n" + engine_section(dataset),
-        "## Engine start-up\n\n" + startup_section(dataset, natural),
+        "## Engine start-up\n\n" + startup_section(dataset, natural, quality, load, sessions),
         "## GPU time\n\n" + ledger_section(ledger) if ledger is not None else "",
         "## Energy and cost\n\n" + energy_section(dataset, natural, study),
         "## Roofline realisation\n\n" + roofline_section(dataset, study),

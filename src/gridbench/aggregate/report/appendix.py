@@ -94,12 +94,12 @@ def kind_outcomes(
             )
         )
     if sessions is not None:
-        # a row per turn: a cell is its first turn's row, failed when any turn's row is
-        cells = sessions.sort_values("turn", kind="stable").drop_duplicates(
-            ["config", "prompt_class", "sessions"]
-        )
         outcomes.append(
-            _outcome("session cells", cells, lambda r: f"{r['prompt_class']} sessions={r['sessions']}")
+            _outcome(
+                "session cells",
+                analysis.session_cells(sessions),
+                lambda r: f"{r['prompt_class']} sessions={r['sessions']}",
+            )
         )
     return outcomes
 

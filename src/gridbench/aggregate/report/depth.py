@@ -205,8 +205,18 @@ def _starts(count: int) -> str:
     return f"{count} start{'s' if count != 1 else ''}"
 
 
-def startup_section(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
-    starts = analysis.engine_starts([dataset, natural])
+def startup_section(
+    dataset: pd.DataFrame,
+    natural: pd.DataFrame | None,
+    quality: pd.DataFrame | None = None,
+    load: pd.DataFrame | None = None,
+    sessions: pd.DataFrame | None = None,
+) -> str:
+    """Every start that measured cells of any kind ran on: a quality cell's own start, and a
+    load or session cell's start after a sweep stopped its engine, show what a start costs as
+    much as the depth and natural cells' do (a warm compile cache among them)."""
+    cells = analysis.session_cells(sessions) if sessions is not None else None
+    starts = analysis.engine_starts([dataset, natural, quality, load, cells])
     if not starts:
         return "No measured cell recorded its engine's start-up."
     total = sum(s.startup_s for s in starts)
