@@ -68,6 +68,22 @@ def real_model_folder(tmp_path_factory, name: str, file_types: tuple[str, ...]) 
     return outdir
 
 
+def real_hf_checkpoint(model_folder: Path, name: str, file_type: str) -> Path:
+    """write_real_hf's vLLM checkpoint of a real_model_folder's GGUF, written once per test run
+    as that folder is (Gemma 3's takes about 30 s): beside it, then renamed into it whole."""
+    from gridbench.assets.real_models import REAL_MODELS, write_real_hf
+
+    outdir = model_folder / f"hf-{file_type}"
+    if not outdir.is_dir():
+        aside = Path(tempfile.mkdtemp(prefix=f".{outdir.name}-", dir=model_folder))
+        source = model_folder / REAL_MODELS[name].gguf_name(file_type)
+        (aside / source.name).symlink_to(source)
+        write_real_hf(name, file_type, aside)
+        (aside / outdir.name).rename(outdir)
+        shutil.rmtree(aside)
+    return outdir
+
+
 @pytest.fixture
 def workdir(tmp_path, demo_assets, monkeypatch):
     """A working directory holding the demo assets (linked), as a sweep would have."""

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from conftest import REPO, free_port, load_yaml, real_model_folder
+from conftest import REPO, free_port, load_yaml, real_hf_checkpoint, real_model_folder
 from gridbench.assets.gguf_to_hf import gemma3_hf_name
 from gridbench.assets.manifest import MANIFEST, Manifest, sha256_of
-from gridbench.assets.real_models import REAL_MODELS, write_real_hf
+from gridbench.assets.real_models import REAL_MODELS
 from gridbench.assets.safetensors_stream import read_safetensors, to_bfloat16
 from gridbench.config.loading import load_grid
 from gridbench.engines.manager import SlotManager
@@ -58,8 +58,7 @@ def reader(gemma) -> gguf.GGUFReader:
 
 @pytest.fixture(scope="session")  # built once, however the tests are shuffled
 def checkpoint(gemma) -> Path:
-    write_real_hf(GEMMA.name, "q4_k_m", gemma)
-    return gemma / "hf-q4_k_m"
+    return real_hf_checkpoint(gemma, GEMMA.name, "q4_k_m")
 
 
 def meta(reader: gguf.GGUFReader, key: str):
