@@ -19,7 +19,16 @@ first come, first served; a queued request's schedule starts when it gets a slot
 capacity is then known: SLOTS / (TTFT + (TOKENS - 1) x GAP) requests per second, beyond which
 the queue, and TTFT with it, grows without bound (what the load cells' SLO test probes).
 
+With ``--batched``, every token is written on the next tick of one GAP_MS clock shared by
+all streams and processes, as an engine decoding a batch writes a token to every stream at
+each step: the client then reads its streams' chunks in bursts.
+
+With ``--accept-after-ms=MS``, the port's accept backlog holds one connection and the server
+accepts none until MS after it arrived: later connection attempts are dropped and resent by the
+client's kernel a second later, as by an engine too busy to accept.
+
     python benchmarks/paced_server.py serve PORT CONTROL_PORT TTFT_MS GAP_MS TOKENS [SLOTS]
+        [--batched] [--accept-after-ms=MS]
 """
 
 from __future__ import annotations
@@ -66,14 +75,14 @@ def kernel_arrival_ns(ancdata) -> int | None:
     return None
 
 
-def listening_socket(port: int, reuse_port: bool) -> socket.socket:
+def listening_socket(port: int, reuse_port: bool, backlog: int = 4096) -> socket.socket:
     """A non-blocking listener whose connections carry kernel receive timestamps (inherited)."""
     listener = socket.socket()
     if reuse_port:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     listener.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     listener.bind(("127.0.0.1", port))
-    listener.listen(4096)
+    listener.listen(backlog)
     listener.setblocking(False)
     return listener
 
@@ -247,11 +256,22 @@ def prompt_text(request: dict) -> str:
 
 
 def serve(
-    port: int, control_port: int, ttft_ms: float, gap_ms: float, tokens: int, slots: int | None = None
+    port: int,
+    control_port: int,
+    ttft_ms: float,
+    gap_ms: float,
+    tokens: int,
+    slots: int | None = None,
+    batched: bool = False,
+    accept_after_ms: float = 0,
 ) -> None:
     """One server process: the shared port (SO_REUSEPORT spreads connections over the
-    processes) and its own control port for /log. Raw non-blocking sockets on asyncio."""
+    processes) and its own control port for /log. Raw non-blocking sockets on asyncio.
+    With ``accept_after_ms``, the shared port's backlog holds one connection and nothing is
+    accepted until that long after it arrived: later connection attempts are dropped, as by a
+    saturated engine."""
     log: list[dict] = []
+    gap_ns = int(gap_ms * 1e6)
     events = {kind: token_events(kind, tokens) for kind in ("chat", "completion")}
     tasks: set[asyncio.Future] = set()
 
@@ -278,6 +298,8 @@ def serve(
         token_events = events[kind]
         for k in range(n):
             target = start + int((ttft_ms + k * gap_ms) * 1e6)
+            if batched:  # on the next tick of one clock shared by every stream and process
+                target = -(-target // gap_ns) * gap_ns
             delay = target - time.perf_counter_ns()
             if delay > 0:
                 await asyncio.sleep(delay / 1e9)
@@ -356,8 +378,11 @@ def serve(
             except (ConnectionError, OSError):
                 pass  # the client went away: what it was sent is already logged or never was
 
-    async def accept(listener: socket.socket) -> None:
+    async def accept(listener: socket.socket, after_ms: float = 0) -> None:
         loop = asyncio.get_running_loop()
+        if after_ms:  # timed from the first connection's arrival, however late the clients start
+            await readable(listener)
+            await asyncio.sleep(after_ms / 1e3)
         while True:
             conn, _ = await loop.sock_accept(listener)
             conn.setblocking(False)
@@ -366,8 +391,9 @@ def serve(
             task.add_done_callback(tasks.discard)
 
     async def run() -> None:
-        shared, control = listening_socket(port, True), listening_socket(control_port, False)
-        await asyncio.gather(accept(shared), accept(control))
+        shared = listening_socket(port, True, backlog=0 if accept_after_ms else 4096)
+        control = listening_socket(control_port, False)
+        await asyncio.gather(accept(shared, accept_after_ms), accept(control))
 
     asyncio.run(run())
 
@@ -382,11 +408,20 @@ class PacedServer:
     """``processes`` server processes on one port, each started as ``this script serve ...``."""
 
     def __init__(
-        self, ttft_ms: float, gap_ms: float, tokens: int, processes: int, slots: int | None = None
+        self,
+        ttft_ms: float,
+        gap_ms: float,
+        tokens: int,
+        processes: int,
+        slots: int | None = None,
+        batched: bool = False,
+        accept_after_ms: float = 0,
     ) -> None:
         self.port = _free_port()
         self.control_ports = [_free_port() for _ in range(processes)]
         timing = [str(ttft_ms), str(gap_ms), str(tokens), *([str(slots)] if slots else [])]
+        timing += ["--batched"] if batched else []
+        timing += [f"--accept-after-ms={accept_after_ms:g}"] if accept_after_ms else []
         self.procs = [
             subprocess.Popen([sys.executable, __file__, "serve", str(self.port), str(control), *timing])
             for control in self.control_ports
@@ -434,11 +469,22 @@ class PacedServer:
 
 
 def main() -> None:
-    if sys.argv[1:2] != ["serve"] or len(sys.argv) not in (7, 8):
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    flags = dict(a[2:].partition("=")[::2] for a in sys.argv[1:] if a.startswith("--"))
+    if args[:1] != ["serve"] or len(args) not in (6, 7) or set(flags) - {"batched", "accept-after-ms"}:
         raise SystemExit(__doc__.rsplit("\n\n", 1)[-1])
-    port, control_port, ttft_ms, gap_ms, tokens = sys.argv[2:7]
-    slots = int(sys.argv[7]) if len(sys.argv) == 8 else None
-    serve(int(port), int(control_port), float(ttft_ms), float(gap_ms), int(tokens), slots)
+    port, control_port, ttft_ms, gap_ms, tokens = args[1:6]
+    slots = int(args[6]) if len(args) == 7 else None
+    serve(
+        int(port),
+        int(control_port),
+        float(ttft_ms),
+        float(gap_ms),
+        int(tokens),
+        slots,
+        batched="batched" in flags,
+        accept_after_ms=float(flags.get("accept-after-ms") or 0),
+    )
 
 
 if __name__ == "__main__":

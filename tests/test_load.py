@@ -9,9 +9,12 @@ import gc
 import importlib.util
 import itertools
 import json
+import multiprocessing
 import re
 import statistics
 import sys
+import time
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -28,9 +31,9 @@ from gridbench.cells.search import Search, next_rate, probe_outcome, search_capa
 from gridbench.config.loading import load_grid
 from gridbench.errors import ConfigError
 from gridbench.harness import goodput, load, natural
-from gridbench.harness.arrivals import Arrival, SearchSettings, Slo, schedule
+from gridbench.harness.arrivals import Arrival, SearchSettings, Sending, Slo, schedule
 from gridbench.harness.goodput import LoadRequest, meets_slo, slo_outcome, summarize
-from gridbench.harness.stats import ERRORED, OK, RequestRecord, nearest_rank
+from gridbench.harness.stats import ERRORED, NOT_SENT_EARLY, OK, STOPPED_EARLY, RequestRecord, nearest_rank
 from gridbench.harness.trace import (
     TraceEntry,
     TraceShape,
@@ -158,8 +161,9 @@ def test_capacity_is_the_highest_passing_rate_below_the_first_failing_one():
             identity,
             Coordinates("code", "poisson", rate),
             dataset.Status("ok"),
-            summarize(requests, rate),
-            slo_outcome(requests, SLO),
+            summary=summarize(requests, rate),
+            lag=goodput.lag_split(requests),
+            slo=slo_outcome(requests, SLO),
         )
 
     # 8 req/s passing above a failing 4 is noise: the capacity stays 2, TTFT at 90 % of its target
@@ -174,7 +178,9 @@ def test_capacity_is_the_highest_passing_rate_below_the_first_failing_one():
 # --- against the paced server --------------------------------------------------------------
 
 
-def open_loop(base_url: str, arrival: Arrival, rate: float, requests: int, tokens: int) -> load.OpenLoopRun:
+def open_loop(
+    base_url: str, arrival: Arrival, rate: float, requests: int, tokens: int, processes: int = 1
+) -> load.OpenLoopRun:
     plan = natural.LevelPlan(
         prompt="Write a story.",
         concurrency=1,
@@ -188,7 +194,7 @@ def open_loop(base_url: str, arrival: Arrival, rate: float, requests: int, token
     )
     sent = [plan.request(i) for i in range(requests)]
     offsets = schedule(arrival, rate, requests, seed=0).offsets_s
-    return asyncio.run(load.send_open_loop(natural.Endpoint(base_url, "paced"), sent, offsets, 60))
+    return load.run_open_loop(natural.Endpoint(base_url, "paced"), sent, offsets, 60, processes=processes)
 
 
 def most_in_flight(run: load.OpenLoopRun) -> int:
@@ -230,6 +236,86 @@ def test_the_open_loop_keeps_its_schedule_whatever_the_server_takes(paced_module
     assert not summary.saturated  # the paced server has no queue without slots
 
 
+def test_a_schedule_dealt_across_two_processes_is_sent_on_time_from_both(paced_module):
+    """Each process sends every second request from its own loop (and reads only those
+    streams), both timed from one origin; the run's records are the one loop's, by index."""
+    rate, count = 50.0, 60
+    workers_alive = []
+    plan = natural.LevelPlan("Write a story.", 1, count, 0, 26, 0, True, {}, 60)
+    offsets = schedule(POISSON, rate, count, seed=0).offsets_s
+    with paced_module.PacedServer(ttft_ms=50, gap_ms=6, tokens=26, processes=1) as server:
+        run = load.run_open_loop(
+            natural.Endpoint(server.base_url, "paced"),
+            [plan.request(i) for i in range(count)],
+            offsets,
+            60,
+            lambda _trace: workers_alive.append(len(multiprocessing.active_children())),
+            processes=2,
+        )
+        truth = server.take_log()
+    assert min(workers_alive) == 2  # every trace came back from a worker process
+    assert [t.index for t in run.traces] == list(range(count))
+    assert [t.status for t in run.traces] == [OK] * count
+    assert run.due_ns == tuple(run.origin_ns + round(offset * 1e9) for offset in offsets)
+    lags = sorted(r.lag_ms for r in load.load_requests(run))
+    assert lags[0] >= 0 and nearest_rank(lags, 50) < 1.0, lags[:5]
+    arrivals = {int(re.match(r"\[bench-(\d+)\]", e["prompt"]).group(1)): e["arrival"] for e in truth}
+    for trace in run.traces:  # the server saw each request when its process says it sent it
+        assert 0 <= arrivals[trace.index] - trace.start_ns < 5e6
+    assert most_in_flight(run) > 5
+    # each connection opened before its request was due (the workers' traces say when)
+    assert {r.accept_wait_ms for r in load.load_requests(run)} == {0.0}
+
+
+def test_a_request_the_server_was_slow_to_accept_is_late_by_the_servers_wait_not_the_clients(paced_module):
+    """An engine too busy to accept has a full accept backlog: the kernel drops a connection
+    attempt and the client's kernel resends it a second later. Such a request goes out late,
+    and its record says how much of that the server's accept took, and how little the client."""
+    plan = natural.LevelPlan("Write a story.", 1, 4, 0, 4, 0, True, {}, 60)
+    offsets = (0.0, 0.01, 0.02, 0.03)
+    with paced_module.PacedServer(ttft_ms=5, gap_ms=1, tokens=4, processes=1, accept_after_ms=300) as server:
+        endpoint = natural.Endpoint(server.base_url, "paced")
+        run = load.run_open_loop(endpoint, [plan.request(i) for i in range(4)], offsets, 60)
+    assert [t.status for t in run.traces] == [OK] * 4
+    first, *dropped = load.load_requests(run)
+    # the backlog's one place: connected at once, sent on time, served once accepted
+    assert first.accept_wait_ms == 0 and first.lag_ms < 5, first
+    for request in dropped:  # connected a second later, and sent as soon as connected
+        assert request.accept_wait_ms > 500 and request.lag_ms - request.accept_wait_ms < 5, request
+    split = goodput.lag_split(load.load_requests(run))
+    assert split.accept_wait_ms_p99 > 500 and split.client_lag_ms_p99 < 5, split
+
+
+def test_the_lag_split_is_unknown_for_cells_measured_before_the_accept_wait_was_recorded():
+    record = RequestRecord(index=0, status=OK, error=None, start_s=0.0, end_s=0.1, finish_reason="stop")
+    older = [LoadRequest(scheduled_s=0.0, lag_ms=0.5, record=record)]
+    assert goodput.lag_split(older) == goodput.LagSplit(None, None)
+    newer = [LoadRequest(scheduled_s=0.0, lag_ms=1200.5, record=record, accept_wait_ms=1200.0)]
+    assert goodput.lag_split(newer) == goodput.LagSplit(client_lag_ms_p99=0.5, accept_wait_ms_p99=1200.0)
+
+
+@pytest.mark.parametrize(
+    ("setting", "rate", "requests", "cpus", "processes"),
+    [
+        ("auto", 4, 48, 16, 1),  # one loop sends 8 req/s on time
+        ("auto", 17, 48, 16, 3),
+        ("auto", 1024, 48, 16, 8),  # at most half the CPUs: the engine may share the host
+        ("auto", 64, 48, 2, 1),
+        ("auto", 64, 48, None, 1),
+        (4, 64, 48, 2, 4),  # as asked
+        (4, 64, 3, 16, 3),  # never more than the requests
+    ],
+)
+def test_a_cells_harness_processes(setting, rate, requests, cpus, processes):
+    assert load.load_processes(setting, rate, requests, cpus) == processes
+
+
+def test_a_minimum_duration_makes_a_high_rate_a_sustained_level():
+    sending = Sending(48, 64, 0, 0, True, {}, 0, 60, min_duration_s=10)
+    assert [sending.requests_at(rate) for rate in (1, 4.8, 4.81, 64)] == [48, 48, 49, 640]
+    assert replace(sending, min_duration_s=None).requests_at(64) == 48
+
+
 def test_no_collection_during_the_schedule_scans_what_the_process_held_before_it(paced_module):
     """A full collection of a cell process's heap takes ~10 ms (benchmarks/load_schedule.py
     prints it): on the H100 one request in each of two saturated cells went out 12-14 ms late.
@@ -258,6 +344,44 @@ def test_no_collection_during_the_schedule_scans_what_the_process_held_before_it
 SLOTS, TTFT_MS, GAP_MS, TOKENS = 2, 20, 5, 17
 CAPACITY_REQ_S = SLOTS / ((TTFT_MS + (TOKENS - 1) * GAP_MS) / 1e3)
 PROBED_RATES = (8.0, 14.0, 26.0, 36.0)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_level_far_past_capacity_ends_early_with_every_request_recorded(paced_module, processes):
+    """100 req/s against a capacity of 20: the queue grows until a request has waited 0.3 s for
+    its first token; then the requests in flight are stopped and the rest not sent, each
+    recorded as such, and the level says when it ended (across processes, one ends them all)."""
+    rate, count = 100.0, 80
+    plan = natural.LevelPlan("Write a story.", 1, count, 0, TOKENS, 0, True, {}, 60)
+    offsets = schedule(REGULAR, rate, count, seed=0).offsets_s
+    with paced_module.PacedServer(TTFT_MS, GAP_MS, TOKENS, processes=1, slots=SLOTS) as server:
+        started = time.monotonic()
+        run = load.run_open_loop(
+            natural.Endpoint(server.base_url, "paced"),
+            [plan.request(i) for i in range(count)],
+            offsets,
+            60,
+            processes=processes,
+            saturation_wait_s=0.3,
+        )
+        took_s = time.monotonic() - started
+    requests = load.load_requests(run)
+    errors = [r.record.error for r in requests]
+    assert len(requests) == count and [t.index for t in run.traces] == list(range(count))
+    first_stopped = errors.index(STOPPED_EARLY)
+    # served in order until the queue was too long; then stopped in flight, and none sent after
+    assert first_stopped > 5 and all(r.record.status == OK for r in requests[: first_stopped // 2])
+    assert set(errors[first_stopped:]) <= {STOPPED_EARLY, NOT_SENT_EARLY, None}
+    assert NOT_SENT_EARLY in errors and errors[-1] == NOT_SENT_EARLY
+    unsent = [r for r in requests if r.record.error == NOT_SENT_EARLY]
+    assert all(r.lag_ms is None and r.accept_wait_ms is None for r in unsent)
+    summary = summarize(requests, rate)
+    # a request due at t waits 0.3 s: the level ends near 0.3 s plus the queue's start, well
+    # before its 0.8 s schedule and its ~4 s of queued work would have ended
+    assert summary.saturated and 0.3 < summary.ended_early_s < 0.8, summary
+    assert took_s < 2.5, took_s
+    assert summary.schedule_lag_ms_p99 is not None and summary.schedule_lag_ms_p99 < 20
+    assert not slo_outcome(requests, Slo(ttft_ms=150, tpot_ms=15, percentile=90, attainment=0.9)).slo_met
 
 
 def test_the_highest_rate_meeting_the_slo_brackets_the_paced_servers_capacity(paced_module):
@@ -450,6 +574,8 @@ def test_the_workflow_measures_load_cells_on_llamacpp_and_writes_the_load_datase
         "requests": 6,
         "max_tokens": 8,
         "warmup": 1,
+        "processes": 2,
+        "min_duration_s": 2.5,  # 4 req/s for 2.5 s: 10 requests
     }
     write_config(workdir / "grid.yaml", demo_config)
     result = snakemake(workdir, "--configfile", "grid.yaml")
@@ -458,7 +584,7 @@ def test_the_workflow_measures_load_cells_on_llamacpp_and_writes_the_load_datase
     frame = pd.read_csv(workdir / "dataset/load.csv")
     assert frame["rate_req_s"].tolist() == rates and set(frame["status"]) == {"ok"}
     assert set(frame["config"]) == {"D_q8_0_n0"} and set(frame["arrival"]) == {"poisson"}
-    assert frame["requests"].tolist() == frame["ok"].tolist() == [6, 6, 6]
+    assert frame["requests"].tolist() == frame["ok"].tolist() == [6, 6, 10]
     # a tiny model far below its capacity: sent on schedule, every request within the SLO
     assert (frame["sent_req_s"] / frame["offered_req_s"]).between(0.3, 3).all(), frame["sent_req_s"]
     # far below capacity, requests end as they were sent (both first to last)
@@ -467,10 +593,12 @@ def test_the_workflow_measures_load_cells_on_llamacpp_and_writes_the_load_datase
     assert (frame["schedule_lag_ms_p99"] < 50).all(), frame["schedule_lag_ms_p99"]
     assert frame["slo_met"].all()
     assert (frame["goodput_req_s"] > 0).all() and (frame["goodput_tok_s"] > 0).all()
-    for rate in ("1", "2", "4"):
-        raw = json.loads((workdir / f"results/load/D_q8_0_n0/code_poisson_r{rate}.json").read_text())
-        assert raw["schema"] == load.SCHEMA and len(raw["requests"]) == 6
-        assert (workdir / f"results/load/D_q8_0_n0/code_poisson_r{rate}.provenance.json").exists()
+    for rate, count in (("1", 6), ("2", 6), ("4", 10)):
+        cell = workdir / f"results/load/D_q8_0_n0/code_poisson_r{rate}"
+        raw = json.loads(cell.with_suffix(".json").read_text())
+        assert raw["schema"] == load.SCHEMA and len(raw["requests"]) == count
+        prov = json.loads(cell.with_suffix(".provenance.json").read_text())
+        assert prov["bench"]["harness_processes"] == 2
 
     report = (workdir / "dataset/comparison.md").read_text()
     capacity = report.split("## Capacity under the SLO (open-loop load)\n", 1)[1].split("\n## ", 1)[0]

@@ -35,7 +35,7 @@ from gridbench.aggregate.records import (
 from gridbench.cells.kinds.load import LoadCellPlan
 from gridbench.cells.plan import LoadPlan
 from gridbench.errors import ResultFileError
-from gridbench.harness.goodput import LoadSummary, SloOutcome, slo_outcome
+from gridbench.harness.goodput import LagSplit, LoadSummary, SloOutcome, lag_split, slo_outcome
 from gridbench.harness.load import SCHEMA, LoadResult
 from gridbench.harness.stats import OK
 
@@ -57,6 +57,7 @@ class LoadRow:
     coordinates: Coordinates
     status: dataset.Status
     summary: LoadSummary | None = None
+    lag: LagSplit | None = None
     slo: SloOutcome | None = None
     provenance: Provenance | None = None
     energy: EnergyColumns | None = None
@@ -79,6 +80,7 @@ FLOATS = [
     "active_weight_gb",
     "rate_req_s",
     *[c for c in column_names(LoadSummary) if c not in ("requests", "ok", "saturated")],
+    *column_names(LagSplit),
     *[c for c in column_names(SloOutcome) if c not in ("slo_percentile", "slo_met", "binding_constraint")],
     *[c for c in dataset.FLOAT_COLUMNS if c in dataset.PROVENANCE],
     *dataset.ENERGY_FLOATS,
@@ -124,6 +126,7 @@ def rows_from_results(
                     where,
                     dataset.Status("ok"),
                     output.summary,
+                    lag_split(output.requests),
                     slo_outcome(output.requests, plan.slo),
                     result.provenance.provenance,
                     EnergyColumns.of(

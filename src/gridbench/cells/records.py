@@ -72,6 +72,8 @@ class LoadInvocation:
     wall_s: float  # of the scheduled requests alone
     warmup: tuple[WarmupOutcome, ...]
     schedule_seed: int  # load.seed; the provenance's key that no other invocation has
+    # the loops the schedule was dealt across; left out when one, as before the key existed
+    harness_processes: int = field(default=1, metadata=codec.OMITTED_WHEN_DEFAULT)
 
 
 @dataclass(frozen=True)

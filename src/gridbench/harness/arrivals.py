@@ -7,6 +7,7 @@ times, and a cell measured again is sent them again.
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from gridbench.util import codec
 from gridbench.util.files import JsonObject
 
 POISSON, GAMMA, TRACE = "poisson", "gamma", "trace"
+AUTO_PROCESSES = "auto"  # natural.processes' and load.processes' default (the schema's)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,19 @@ class Sending:
     extra_body: JsonObject
     seed: int
     request_timeout_s: float
+    # None changes what a cell's requests are, and a cell's context leaves the default out,
+    # so the contexts (the cells' params) of studies measured before the keys existed stay
+    # as they were. processes: "auto" or a count (load.load_processes).
+    processes: int | str = field(default=AUTO_PROCESSES, metadata=codec.OMITTED_WHEN_DEFAULT)
+    min_duration_s: float | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
+    saturation_wait_s: float | None = field(default=30.0, metadata=codec.OMITTED_WHEN_DEFAULT)
+
+    def requests_at(self, rate_req_s: float) -> int:
+        """A cell's scheduled requests at ``rate_req_s``: ``requests``, or more where the
+        schedule would end before ``min_duration_s`` (a sustained level, not a burst)."""
+        if self.min_duration_s is None:
+            return self.requests
+        return max(self.requests, math.ceil(rate_req_s * self.min_duration_s))
 
 
 @dataclass(frozen=True)

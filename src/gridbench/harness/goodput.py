@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from statistics import fmean, median
 
 from gridbench.harness.arrivals import Slo
-from gridbench.harness.stats import OK, RequestRecord, nearest_rank
+from gridbench.harness.stats import NOT_SENT_EARLY, OK, STOPPED_EARLY, RequestRecord, nearest_rank
 from gridbench.util import codec
 
 TTFT, TPOT = "ttft", "tpot"
@@ -27,8 +27,12 @@ class LoadRequest:
     natural harness's record of it (its ``start_s`` is when it was sent)."""
 
     scheduled_s: float  # from the schedule's origin, as start_s and end_s are
-    lag_ms: float  # sent minus scheduled
+    lag_ms: float | None  # sent minus scheduled; None: never sent (the level ended early)
     record: RequestRecord = field(metadata=codec.INLINE)
+    # of the lag, how long past its due time the server took to accept its connection (a
+    # full accept backlog: the kernel drops the SYN, the client resends it a second later);
+    # None where not recorded (cells measured before it was) or no connection opened
+    accept_wait_ms: float | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
 
 
 def meets_slo(record: RequestRecord, slo: Slo) -> bool:
@@ -56,7 +60,32 @@ class LoadSummary:
     tpot_ms_p99: float | None
     output_tok_s: float | None
     ttft_growth_ms: float | None  # TTFT's least-squares trend over the schedule, first to last
-    saturated: bool
+    saturated: bool  # the TTFT trend says so, or the level ended early
+    # when the level ended early, from the schedule's origin: a request had waited
+    # load.saturation_wait_s for its first token (harness.load); None: it ran its course
+    ended_early_s: float | None = field(default=None, metadata=codec.OMITTED_WHEN_DEFAULT)
+
+
+@dataclass(frozen=True)
+class LagSplit:
+    """A cell's schedule lag by cause, at p99: the client's own (the lag less the accept wait)
+    and the server's, waiting for it to accept the connection; None for cells measured
+    before the accept wait was recorded."""
+
+    client_lag_ms_p99: float | None
+    accept_wait_ms_p99: float | None
+
+
+def lag_split(requests: Sequence[LoadRequest]) -> LagSplit:
+    known = [
+        (r.lag_ms, r.accept_wait_ms)
+        for r in requests
+        if r.lag_ms is not None and r.accept_wait_ms is not None
+    ]
+    return LagSplit(
+        client_lag_ms_p99=_percentile([round(lag - wait, _DIGITS) for lag, wait in known], 99),
+        accept_wait_ms_p99=_percentile([wait for _, wait in known], 99),
+    )
 
 
 @dataclass(frozen=True)
@@ -138,7 +167,9 @@ def summarize(requests: Sequence[LoadRequest], rate_req_s: float) -> LoadSummary
     """The cell's summary from its requests (times from the schedule's origin)."""
     ok = [r.record for r in requests if r.record.status == OK]
     span_s = _span_s(requests)
-    lags = [r.lag_ms for r in requests]
+    # a level that ended early never sent the rest: no lag, and no part of the sent rate
+    lags = [r.lag_ms for r in requests if r.lag_ms is not None]
+    ended = [r.record.end_s for r in requests if r.record.error in (STOPPED_EARLY, NOT_SENT_EARLY)]
     ttfts = [r.ttft_ms for r in ok if r.ttft_ms is not None]
     tpots = [r.tpot_ms for r in ok if r.tpot_ms is not None]
     points = [(r.scheduled_s, r.record.ttft_ms) for r in requests if r.record.ttft_ms is not None]
@@ -146,7 +177,7 @@ def summarize(requests: Sequence[LoadRequest], rate_req_s: float) -> LoadSummary
         requests=len(requests),
         ok=len(ok),
         offered_req_s=rate_req_s,
-        sent_req_s=_rate_req_s([r.record.start_s for r in requests]),
+        sent_req_s=_rate_req_s([r.record.start_s for r in requests if r.lag_ms is not None]),
         achieved_req_s=_rate_req_s([r.end_s for r in ok]),
         schedule_lag_ms_p50=_percentile(lags, 50),
         schedule_lag_ms_p99=_percentile(lags, 99),
@@ -157,7 +188,8 @@ def summarize(requests: Sequence[LoadRequest], rate_req_s: float) -> LoadSummary
         tpot_ms_p99=_percentile(tpots, 99),
         output_tok_s=_per_s(sum(r.output_tokens or 0 for r in ok), span_s),
         ttft_growth_ms=_round(ttft_growth_ms(points)),
-        saturated=saturated(points),
+        saturated=saturated(points) or bool(ended),
+        ended_early_s=min(ended, default=None),
     )
 
 

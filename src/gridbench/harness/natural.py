@@ -30,7 +30,7 @@ import multiprocessing
 import os
 import queue
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -40,9 +40,18 @@ import aiohttp
 
 from gridbench.engines.spec_metrics import Acceptance
 from gridbench.harness import stats
-from gridbench.harness.prompts import AUTO_PROCESSES, NaturalSettings
+from gridbench.harness.arrivals import AUTO_PROCESSES
+from gridbench.harness.prompts import NaturalSettings
 from gridbench.harness.sse import SSEEvent, SSEParser, parse_chunk, plain_delta_has_text
-from gridbench.harness.stats import ERRORED, INCOMPLETE, OK, LevelSummary, RequestRecord, RequestTrace
+from gridbench.harness.stats import (
+    ERRORED,
+    INCOMPLETE,
+    OK,
+    STOPPED_EARLY,
+    LevelSummary,
+    RequestRecord,
+    RequestTrace,
+)
 from gridbench.util import codec
 from gridbench.util.files import JsonObject
 
@@ -55,6 +64,9 @@ WARMUP_MAX_TOKENS = 128  # as AEON's bench_natural.py: warm-up compiles and auto
 REQUESTS_PER_PROCESS = 64
 _ERROR_BODY_CHARS = 300
 _WORKER_POLL_S = 1.0
+# harness processes are spawned, not forked: the caller may hold threads (a fork copies their
+# locks mid-use)
+SPAWN = multiprocessing.get_context("spawn")
 # asyncio's timers wake up to a millisecond late (epoll counts in milliseconds): the last
 # stretch before a due time is spent yielding to the loop instead
 _SPIN_NS = 1_000_000
@@ -159,17 +171,23 @@ async def stream_request(
     request: ChatRequest,
     timeout_s: float,
     due_ns: int | None = None,
+    on_first_token: Callable[[], None] | None = None,
+    stop: Any = None,
 ) -> RequestTrace:
     """One streamed request, timed chunk by chunk; failures become a trace, never an exception.
     With ``due_ns`` (an open loop's), its connection opens at once and the request goes out
-    on it at that time."""
+    on it at that time. ``on_first_token`` is called when its first text arrives. Cancelled
+    once ``stop`` (an event) is set, it ends as a trace that says so."""
     payload = request.payload(endpoint.model)
-    # "ns" is set when the request goes out on its own, fresh connection
-    sent: dict[str, int | None] = {"ns": None, "due_ns": due_ns}
-    stream = _Stream(issued_ns=time.perf_counter_ns(), keeps_answer=request.keep_answer)
+    # "connecting_ns" and "connected_ns" are set when its own, fresh connection starts to open
+    # and has opened, "ns" when the request goes out on it
+    sent: dict[str, int | None] = {"ns": None, "due_ns": due_ns, "connecting_ns": None, "connected_ns": None}
+    stream = _Stream(
+        issued_ns=time.perf_counter_ns(), keeps_answer=request.keep_answer, on_first_text=on_first_token
+    )
 
     def trace(status: str, error: str | None = None) -> RequestTrace:
-        return stream.trace(request.index, sent["ns"], status, error)
+        return stream.trace(request.index, sent, status, error)
 
     try:
         async with asyncio.timeout(timeout_s):
@@ -181,6 +199,11 @@ async def stream_request(
     except TimeoutError:
         stream.end_ns = time.perf_counter_ns()
         return trace(ERRORED, f"no complete response within {timeout_s:g} s (natural.request_timeout_s)")
+    except asyncio.CancelledError:
+        if stop is None or not stop.is_set():
+            raise
+        stream.end_ns = time.perf_counter_ns()
+        return trace(INCOMPLETE if stream.responded else ERRORED, STOPPED_EARLY)
     except (aiohttp.ClientError, OSError) as err:
         stream.end_ns = time.perf_counter_ns()
         status = INCOMPLETE if stream.responded else ERRORED
@@ -216,6 +239,7 @@ class _Stream:
 
     issued_ns: int
     keeps_answer: bool = False
+    on_first_text: Callable[[], None] | None = None
     end_ns: int = field(init=False)
     text_ns: list[int] = field(default_factory=list)
     answer: list[str] = field(default_factory=list)  # the text chunks, when it keeps the answer
@@ -234,7 +258,7 @@ class _Stream:
             plain = None if self.keeps_answer else plain_delta_has_text(event)
             if plain is not None:  # a token's chunk: only its arrival matters
                 if plain:
-                    self.text_ns.append(self.end_ns)
+                    self._text_arrived()
                 continue
             chunk = parse_chunk(event)
             if chunk.error:
@@ -242,7 +266,7 @@ class _Stream:
             if chunk.done:
                 self.done = True
             if chunk.has_text:
-                self.text_ns.append(self.end_ns)
+                self._text_arrived()
                 if self.keeps_answer:
                     self.answer.append(chunk.text)
             self.counts = chunk.counts or self.counts
@@ -250,6 +274,11 @@ class _Stream:
             if chunk.completion_tokens is not None:
                 self.tokens = chunk.completion_tokens
         return None
+
+    def _text_arrived(self) -> None:
+        if not self.text_ns and self.on_first_text is not None:
+            self.on_first_text()
+        self.text_ns.append(self.end_ns)
 
     def read_last(self, events: Sequence[SSEEvent]) -> str | None:
         """Take in the events left when the stream closed: only an error or [DONE] counts."""
@@ -260,11 +289,17 @@ class _Stream:
             self.done = self.done or chunk.done
         return None
 
-    def trace(self, index: int, sent_ns: int | None, status: str, error: str | None) -> RequestTrace:
+    def trace(
+        self, index: int, sent: Mapping[str, int | None], status: str, error: str | None
+    ) -> RequestTrace:
+        """The trace, timed by ``sent`` (when the request went out and its connection opened)."""
         return RequestTrace(
             index=index,
             status=status,
-            start_ns=sent_ns or self.issued_ns,
+            start_ns=sent["ns"] or self.issued_ns,
+            connecting_ns=sent["connecting_ns"],
+            connected_ns=sent["connected_ns"],
+            sent=sent["ns"] is not None,
             end_ns=self.end_ns,
             text_chunk_ns=tuple(self.text_ns),
             output_tokens=self.tokens,
@@ -291,8 +326,13 @@ async def wait_until(due_ns: int) -> None:
         await asyncio.sleep(0)
 
 
+async def _on_connection_creating(_session: Any, context: Any, _params: Any) -> None:  # aiohttp's hook
+    context.trace_request_ctx["connecting_ns"] = time.perf_counter_ns()
+
+
 async def _on_connection_created(_session: Any, context: Any, _params: Any) -> None:  # aiohttp's hook
     # an open loop's request waits here, its connection open, so opening it costs no lag
+    context.trace_request_ctx["connected_ns"] = time.perf_counter_ns()
     due_ns = context.trace_request_ctx["due_ns"]
     if due_ns is not None:
         await wait_until(due_ns)
@@ -305,6 +345,7 @@ def client_session() -> aiohttp.ClientSession:
     connector = aiohttp.TCPConnector(force_close=True, limit=0)
     tracing = aiohttp.TraceConfig()
     tracing.on_request_chunk_sent.append(_on_request_sent)
+    tracing.on_connection_create_start.append(_on_connection_creating)
     tracing.on_connection_create_end.append(_on_connection_created)
     return aiohttp.ClientSession(
         connector=connector, timeout=aiohttp.ClientTimeout(total=None), trace_configs=[tracing]
@@ -404,19 +445,27 @@ def run_across_processes(
 ) -> list[RequestTrace]:
     """The measured requests across ``plan.processes`` worker processes (the module
     docstring says how concurrency is held); each trace comes back as its request ends."""
-    # spawn, not fork: the caller may hold threads (a fork copies their locks mid-use)
-    context = multiprocessing.get_context("spawn")
-    next_request = context.Value("q", 0)  # the shared counter, with its lock
-    finished = context.Queue()
-    go = context.Event()
+    next_request = SPAWN.Value("q", 0)  # the shared counter, with its lock
+    slots = process_slots(plan.concurrency, plan.processes)
+    shares = [(endpoint, plan, share, next_request) for share in slots]
+    return run_in_processes(_worker, shares, plan.requests, on_finished)
+
+
+def run_in_processes(
+    target: Callable[..., None],
+    shares: Sequence[tuple[Any, ...]],
+    expected: int,
+    on_finished: Callable[[RequestTrace], None],
+    before_go: Callable[[], None] = lambda: None,
+) -> list[RequestTrace]:
+    """``target(*share, finished, go)`` in a process per share. Each puts "ready" on
+    ``finished`` and then waits for ``go``, which is set (after ``before_go``) once all are
+    ready; then each puts its traces as its requests end. The ``expected`` traces, by index."""
+    finished = SPAWN.Queue()
+    go = SPAWN.Event()
     workers = [
-        context.Process(
-            target=_worker,
-            args=(endpoint, plan, slots, next_request, finished, go),
-            name=f"gridbench-natural-{k}",
-            daemon=True,
-        )
-        for k, slots in enumerate(process_slots(plan.concurrency, plan.processes))
+        SPAWN.Process(target=target, args=(*share, finished, go), name=f"gridbench-harness-{k}", daemon=True)
+        for k, share in enumerate(shares)
     ]
     traces: list[RequestTrace] = []
     try:
@@ -424,8 +473,9 @@ def run_across_processes(
             worker.start()
         for _ in workers:  # every loop is up before the first request goes out
             _take(finished, workers)
+        before_go()
         go.set()
-        while len(traces) < plan.requests:
+        while len(traces) < expected:
             trace = _take(finished, workers)
             traces.append(trace)
             on_finished(trace)

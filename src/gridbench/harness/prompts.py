@@ -11,11 +11,9 @@ from pathlib import Path
 import yaml
 
 from gridbench.errors import ConfigError
-from gridbench.harness.arrivals import LoadSettings
+from gridbench.harness.arrivals import AUTO_PROCESSES, LoadSettings
 from gridbench.util import codec
 from gridbench.util.files import JsonObject
-
-AUTO_PROCESSES = "auto"  # natural.processes' default (the schema's)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,10 @@ from statistics import fmean
 from gridbench.util import codec
 
 OK, ERRORED, INCOMPLETE = "ok", "errored", "incomplete"
+# an open-loop level that ended early, saturated (harness.load): the errors of the requests it
+# stopped in flight and of those it never sent
+STOPPED_EARLY = "stopped: the level ended early, saturated"
+NOT_SENT_EARLY = "not sent: the level ended early, saturated"
 PERCENTILES = (50, 95, 99)  # a Distribution's fields
 # a percentile with fewer samples above it than this is flagged as noise-sensitive
 MIN_TAIL_SAMPLES = 5
@@ -36,6 +40,9 @@ class RequestTrace:
     error: str | None = None
     answer: str | None = None  # the answer's text, where the request kept it (ChatRequest.keep_answer)
     counts: tuple[tuple[str, int], ...] = ()  # its usage chunk's integers by dotted key
+    connecting_ns: int | None = None  # when its connection started to open
+    connected_ns: int | None = None  # when it had opened; None if it never did
+    sent: bool = True  # False: it never went out (start_ns is then when it was issued)
 
 
 def _ms(ns: int) -> float:

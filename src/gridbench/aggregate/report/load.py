@@ -41,9 +41,14 @@ def load_section(load: pd.DataFrame) -> str:
                 [_capacity_row(cap) for cap in frame_capacities(load)],
             ),
             "Every cell: the offered rate, the rate the client sent at and the rate requests "
-            "ended at (first to last), how late the client sent them (lag behind the schedule: "
-            "the client, not the engine, at p99) and the SLO outcome. Saturated: TTFT grew "
-            "across the cell by more than its first quarter's median (a queue).",
+            "ended at (first to last), how late requests went out (lag behind the schedule, at "
+            "p99) and the SLO outcome. The lag is split where it was recorded: the client's own, "
+            "and the time the server took past the due time to accept the request's connection "
+            "(an engine whose accept backlog is full drops the connection attempt, which the "
+            "client's kernel resends a second later). Saturated: TTFT grew across the cell by "
+            "more than its first quarter's median (a queue), or the cell ended early: a request had "
+            "waited `load.saturation_wait_s` past its due time for its first token, so the "
+            "requests in flight were stopped and the rest not sent (all missing the SLO).",
             table(
                 (
                     "config",
@@ -53,6 +58,8 @@ def load_section(load: pd.DataFrame) -> str:
                     "sent (req/s)",
                     "achieved (req/s)",
                     "schedule lag p99 (ms)",
+                    "client lag p99 (ms)",
+                    "accept wait p99 (ms)",
                     f"TTFT p{percentile} (ms)",
                     f"TPOT p{percentile} (ms)",
                     "meeting the SLO",
@@ -81,7 +88,7 @@ def _capacity_row(cap: Capacity) -> tuple[object, ...]:
 def _cell_row(row: Row) -> tuple[object, ...]:
     where = (code(row["config"]), row["prompt_class"], row["arrival"], f"{float(row['rate_req_s'] or 0):g}")
     if row["status"] != "ok":
-        return (*where, f"failed: {row['reason']}", *[DASH] * 6)
+        return (*where, f"failed: {row['reason']}", *[DASH] * 8)
     share = row["slo_attainment_share"]
     outcome = "met" if row["slo_met"] else "**missed**"
     met = DASH if missing(share) else f"{pct(float(share or 0))} ({outcome})"
@@ -90,8 +97,17 @@ def _cell_row(row: Row) -> tuple[object, ...]:
         num(row["sent_req_s"]),
         num(row["achieved_req_s"]),
         num(row["schedule_lag_ms_p99"]),
+        num(row["client_lag_ms_p99"]),
+        num(row["accept_wait_ms_p99"]),
         num(row["ttft_ms_at_slo_percentile"]),
         num(row["tpot_ms_at_slo_percentile"]),
         met,
-        "yes" if row["saturated"] else "no",
+        _saturated(row),
     )
+
+
+def _saturated(row: Row) -> str:
+    if not row["saturated"]:
+        return "no"
+    ended = row["ended_early_s"]
+    return "yes" if missing(ended) else f"yes, ended early at {float(ended or 0):.1f} s"

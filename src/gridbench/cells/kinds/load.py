@@ -6,9 +6,9 @@ the cell's: the load dataset judges the requests by the study's SLO as it stands
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -33,7 +33,7 @@ from gridbench.config.grid import Grid, ServingConfig
 from gridbench.engines.events import now_iso
 from gridbench.engines.kinds import engine_kind
 from gridbench.errors import BenchmarkError, ConfigError
-from gridbench.harness import arrivals, stats, trace
+from gridbench.harness import arrivals, goodput, stats, trace
 from gridbench.harness.arrivals import TRACE, Arrival, Schedule, Sending, rate_name
 from gridbench.harness.prompts import resolve_prompts
 from gridbench.harness.trace import LoadTrace, TraceEntry
@@ -193,7 +193,7 @@ class LoadKind(CellKind[LoadCellPlan]):
                         arrival=arrival.name,
                         rate=rate_name(rate),
                     ),
-                    expected_requests=load.sending.requests,
+                    expected_requests=load.sending.requests_at(rate),
                 )
                 for config in configs
                 for prompt_class, arrival, rate in self._levels(grid)
@@ -214,11 +214,9 @@ class LoadKind(CellKind[LoadCellPlan]):
                     pattern = self.patterns.raw.format(**at, rate="{rate}")
                     for rate in _searched_rates(pattern, load.rates):
                         files = self.patterns.files(**at, rate=rate_name(rate))
-                        cells.append(
-                            LoadCellPlan(
-                                **at, rate_req_s=rate, files=files, expected_requests=load.sending.requests
-                            )
-                        )
+                        expected = load.sending.requests_at(rate)
+                        plan = LoadCellPlan(**at, rate_req_s=rate, files=files, expected_requests=expected)
+                        cells.append(plan)
         return tuple(cells)
 
     @staticmethod
@@ -293,9 +291,16 @@ def measure_load(spec: LoadCell, engine: EngineLease, scratch: Path) -> Measured
     warmups = natural.warm_up(endpoint, plan, progress)
     schedule, requests = _scheduled_requests(spec, plan)
     window_started = time.monotonic()
+    processes = load.load_processes(sending.processes, spec.rate_req_s, plan.requests, os.cpu_count())
     with natural.progress_file(progress, "measured", plan.requests) as on_finished:
-        run = asyncio.run(
-            load.send_open_loop(endpoint, requests, schedule.offsets_s, plan.request_timeout_s, on_finished)
+        run = load.run_open_loop(
+            endpoint,
+            requests,
+            schedule.offsets_s,
+            plan.request_timeout_s,
+            on_finished,
+            processes,
+            sending.saturation_wait_s,
         )
     wall_s = time.monotonic() - window_started
     result = load.level_result(
@@ -307,11 +312,14 @@ def measure_load(spec: LoadCell, engine: EngineLease, scratch: Path) -> Measured
     )
     raw = (json.dumps(codec.to_json(result), indent=1, allow_nan=False) + "\n").encode()
     _check_any_ok(result, raw, scratch=scratch, what=spec.what)
-    summary = result.summary
+    summary, lag = result.summary, goodput.lag_split(result.requests)
     log.info(
         f"{spec.what}: {summary.ok}/{summary.requests} ok, achieved {summary.achieved_req_s} req/s of "
-        f"{summary.offered_req_s} offered, schedule lag p99 {summary.schedule_lag_ms_p99} ms, "
-        f"TTFT p50 {summary.ttft_ms_p50} ms, saturated: {summary.saturated}"
+        f"{summary.offered_req_s} offered, schedule lag p99 {summary.schedule_lag_ms_p99} ms (the "
+        f"client's {lag.client_lag_ms_p99} ms, waiting for the server to accept {lag.accept_wait_ms_p99} "
+        f"ms) from {processes} harness process(es), TTFT p50 {summary.ttft_ms_p50} ms, "
+        f"saturated: {summary.saturated}"
+        + (f", ended early at {summary.ended_early_s} s" if summary.ended_early_s is not None else "")
     )
     return Measured(
         files={"raw": raw},
@@ -324,6 +332,7 @@ def measure_load(spec: LoadCell, engine: EngineLease, scratch: Path) -> Measured
             wall_s=round(wall_s, 3),
             warmup=stats.warmup_outcomes(warmups),
             schedule_seed=sending.seed,
+            harness_processes=processes,
         ),
         prefix_cache_reset=cache_reset,
         spec_decode=None,  # acceptance is the depth and natural cells' measure
@@ -338,7 +347,7 @@ def _level_plan(spec: LoadCell) -> LevelPlan:
     return LevelPlan(
         prompt=spec.prompt,
         concurrency=1,  # the warm-ups' (the schedule, not a limit, paces the measured ones)
-        requests=sending.requests,
+        requests=sending.requests_at(spec.rate_req_s),
         warmup=sending.warmup,
         max_tokens=sending.max_tokens,
         temperature=sending.temperature,
@@ -354,9 +363,9 @@ def _scheduled_requests(spec: LoadCell, plan: LevelPlan) -> tuple[Schedule, list
     trace's, each prompt cut or padded to its input length and asking for its output length."""
     sending = spec.sending
     if not spec.trace:
-        schedule = arrivals.schedule(spec.arrival, spec.rate_req_s, sending.requests, sending.seed)
+        schedule = arrivals.schedule(spec.arrival, spec.rate_req_s, plan.requests, sending.seed)
         return schedule, [plan.request(plan.warmup + i) for i in range(plan.requests)]
-    replayed = trace.replayed(spec.trace, spec.rate_req_s, sending.requests)
+    replayed = trace.replayed(spec.trace, spec.rate_req_s, plan.requests)
     schedule = Schedule(spec.arrival, spec.rate_req_s, sending.seed, tuple(e.offset_s for e in replayed))
     return schedule, trace_requests(plan, replayed, synthetic_book().split())
 
