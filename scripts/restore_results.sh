@@ -12,7 +12,7 @@
 # that failed elsewhere runs again. Run it again after more of the study's inputs exist
 # (a later engine's build): it checks that engine too and dates the brought cells anew.
 #   usage: scripts/restore_results.sh FROM SNAKEMAKE_ARGS...
-#          FROM: a folder holding results/raw and results/natural (e.g. studies/h200-vllm)
+#          FROM: a folder holding results/ of every cell kind (e.g. studies/h200-vllm)
 #          SNAKEMAKE_ARGS: the study's, e.g. --configfile config/studies/h200-vllm.yaml
 set -euo pipefail
 
@@ -21,13 +21,17 @@ shift
 [ -d "$from/results" ] || { echo "no results/ in $from" >&2; exit 1; }
 snakemake -j1 --quiet rules --until check_engine "$@" ||
     echo "an engine check failed: its cells will not run (see logs/preflight/)" >&2
-for kind in raw natural; do
-    [ -d "$from/results/$kind" ] || continue
-    mkdir -p "results/$kind"
-    cp -rn "$from/results/$kind/." "results/$kind/"
-    (cd "$from/results" && find "$kind" -type f) | while read -r file; do
-        touch "results/$file"
+# every cell kind's folder (results/raw, results/natural, results/load, ...), as the kinds
+# name them (gridbench.cells.kinds.result_folders)
+read -ra folders <<< "$(python3 -c 'from gridbench.cells.kinds import result_folders; print(*result_folders())')"
+[ ${#folders[@]} -gt 0 ] || { echo "gridbench named no result folders" >&2; exit 1; }
+for folder in "${folders[@]}"; do
+    [ -d "$from/$folder" ] || continue
+    mkdir -p "$folder"
+    cp -rn "$from/$folder/." "$folder/"
+    (cd "$from" && find "$folder" -type f) | while read -r file; do
+        touch "$file"
     done
 done
-kept=$(find results/raw results/natural -name '*.json' ! -name '*.provenance.json' 2> /dev/null | wc -l || true)
+kept=$(find "${folders[@]}" -name '*.json' ! -name '*.provenance.json' 2> /dev/null | wc -l || true)
 echo "$kept cells are measured already (brought from $from or measured here)"

@@ -259,11 +259,14 @@ def test_results_brought_from_another_machine_are_kept_and_only_missing_cells_ru
     demo_config["configs"] = {k: demo_config["configs"][k] for k in ("D_f16_n0", "D_q8_0_n0")}
     demo_config["depths"] = [0, 256]
     demo_config.pop("natural")
+    demo_config["load"] = {"prompt_classes": ["code"], "rates": [1], "requests": 2}  # every kind is brought
     workdir = tmp_path / "here"
     workdir.mkdir()
     write_config(workdir / "grid.yaml", demo_config)
-    earlier = tmp_path / "earlier/results/raw"
-    for cell in ("D_f16_n0/depth_0", "D_f16_n0/depth_256", "D_q8_0_n0/depth_0"):
+    earlier = tmp_path / "earlier/results"
+    brought = ("raw/D_f16_n0/depth_0", "raw/D_f16_n0/depth_256", "raw/D_q8_0_n0/depth_0")
+    brought += ("load/D_f16_n0/code_poisson_r1",)
+    for cell in brought:
         for suffix in (".json", ".provenance.json"):
             (earlier / f"{cell}{suffix}").parent.mkdir(parents=True, exist_ok=True)
             (earlier / f"{cell}{suffix}").write_text('"measured earlier"')
@@ -290,11 +293,16 @@ def test_results_brought_from_another_machine_are_kept_and_only_missing_cells_ru
     assert (workdir / "results/preflight/llamacpp.json").exists()  # checked on this machine
     assert here.read_text() == '"measured here"'
     assert (workdir / "results/raw/D_f16_n0/depth_256.json").read_text() == '"measured earlier"'
+    assert (workdir / "results/load/D_f16_n0/code_poisson_r1.json").read_text() == '"measured earlier"'
+    assert "4 cells are measured already" in restore.stdout  # D_q8_0_n0's depth 0 counts once
 
     plan = snakemake(workdir, "-n", "--configfile", str(workdir / "grid.yaml"))
     assert plan.returncode == 0, plan.stdout + plan.stderr
     scheduled = re.findall(r"^    wildcards: config=(\w+), depth=(\d+)$", plan.stdout, re.MULTILINE)
     assert scheduled == [("D_q8_0_n0", "256")]
+    load_cell = r"^    wildcards: config=(\w+), prompt_class=code, arrival=poisson"
+    loads = re.findall(load_cell, plan.stdout, re.MULTILINE)
+    assert loads == ["D_q8_0_n0"]
 
 
 def test_a_filtered_run_leaves_the_engine_check_and_its_cells_as_they_were(
