@@ -203,7 +203,18 @@ def test_every_committed_study_is_checked_for_its_energy_columns():
     assert {p.parent.name for p in (REPO / "studies").glob("*/grid.json")} == {
         *BEFORE_THE_SAMPLER,
         "h100-real",
+        "h100-sustained-load",
     }
+
+
+def test_the_sustained_load_study_has_the_gpus_energy_for_every_measured_cell():
+    """studies/h100-sustained-load, measured with the sampler: its depth, natural and load
+    cells each hold the energy counter's joules and the joules per output token."""
+    for name in ("dataset.csv", "natural.csv", "load.csv"):
+        ok = pd.read_csv(REPO / "studies/h100-sustained-load/dataset" / name).query("status == 'ok'")
+        assert len(ok) >= 1 and ok["telemetry_note"].isna().all(), name
+        assert (ok["energy_source"] == "counter").all() and (ok["energy_j"] > 0).all(), name
+        assert (ok["joules_per_output_token"] > 0).all(), name
 
 
 @pytest.mark.parametrize(
