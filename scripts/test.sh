@@ -74,23 +74,30 @@ expect_jobs natural_cell 48 --configfile config/studies/qwen36-35b-a3b-dflash.ya
 expect_jobs bench_cell 8 --configfile config/ci-vllm.yaml
 expect_jobs bench_cached_cell 3 --configfile config/mechanism.yaml  # the prefix-cache pass: depths 256-1024
 expect_jobs natural_cell 32 --configfile config/demo.yaml  # 4 configs x 4 prompt classes x c = 1, 4
+expect_jobs load_cell 4 --configfile config/demo.yaml config/demo-capacity.yaml --config config=S_q4_1_n0
 
 # every test runs once: those that start engines, containers or Snakemake in their declared
 # order, the rest in a random order
 step "tests with real engines, containers and workflows"
 python -m pytest -q -m "not slurm and (integration or docker or workflow or vllm)" --durations=15 tests
 
-step "unit tests, in a random order (a guard against tests that depend on order)"
-# a fresh seed each run, printed: --random-order-seed=N replays a failing order
-seed=$RANDOM
-echo "random order seed $seed"
-python -m pytest -q -p no:cacheprovider --random-order-bucket=global --random-order-seed="$seed" \
-    -m "not integration and not docker and not workflow and not vllm and not slurm" --durations=10 tests
-
-step "the demo sweep on real weights, end to end"
+step "the demo sweep on real weights, end to end, and beside it the unit tests"
 # from nothing, as on a fresh clone: the model is installed and checked, its copies written,
 # then one engine start per config
 rm -rf results dataset logs/cells logs/engines resources/models/smollm2-135m-instruct resources/corpus
+# The unit tests run meanwhile, in a random order (a guard against tests that depend on order):
+# the demo's engine keeps to one core (--threads 1) and its sweep mostly waits on it. Measured
+# on 2 cores (2026-12-06): the demo took 654 s beside them and 667 s alone, the unit tests
+# 385 s beside it and 347 s alone. A fresh seed each run, printed: --random-order-seed=N
+# replays a failing order. Their output follows the demo's.
+seed=$RANDOM
+echo "unit tests: random order seed $seed, their output after the demo's"
+unit_log=$(mktemp)
+python -m pytest -q -p no:cacheprovider --random-order-bucket=global --random-order-seed="$seed" \
+    -m "not integration and not docker and not workflow and not vllm and not slurm" --durations=10 tests \
+    > "$unit_log" 2>&1 &
+unit_tests=$!
+trap 'kill "$unit_tests" 2> /dev/null || true; rm -rf "$GRIDBENCH_TEST_ASSETS" "$unit_log"' EXIT
 snakemake -j1 --configfile config/demo.yaml --quiet rules
 python -c 'import pandas as pd; f = pd.read_csv("dataset/dataset.csv"); print(f[["config", "context_tokens", "status", "decode_tps", "ttft_ms", "acceptance_rate"]].to_string()); assert (f.status == "ok").all()'
 python - <<'PY'
@@ -144,6 +151,12 @@ assert len(warm) == len(set(warm)) and len({(e["config"], e["fingerprint"]) for 
     "one warm engine per config and per prefix-cache pass, besides the quality cells' own"
 )
 PY
+
+step "the unit tests (run beside the demo sweep)"
+unit_rc=0
+wait "$unit_tests" || unit_rc=$?
+cat "$unit_log"
+[ "$unit_rc" -eq 0 ] || { echo "the unit tests failed (exit $unit_rc; random order seed $seed)" >&2; exit 1; }
 
 step "the demo's explorer and Snakemake report in headless Chromium"
 snakemake -j1 --configfile config/demo.yaml --report report.html > logs/report/snakemake-report.log 2>&1

@@ -111,6 +111,9 @@ def sweep(tmp_path_factory, demo_assets) -> Sweep:
     root = tmp_path_factory.mktemp("slurm")
     config = load_yaml(REPO / "config/mechanism.yaml")  # the demo grid: every config and depth
     config["benchy"].pop("prefix_cache_pass")  # one engine per config job (the pass adds a second)
+    # the depth cells alone: a config's natural cells join its job the same way, and would
+    # double the three sweeps' time without a check of their own here
+    config.pop("natural")
     # two jobs share this machine's two cores: one thread per engine, and no latency
     # subtraction, so load cannot fail a measurement
     config["engines"]["llamacpp"].update(port=free_port(), extra_args=["--threads", "1"])

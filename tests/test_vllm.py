@@ -194,16 +194,18 @@ def test_a_cell_end_to_end_on_the_warm_engine(site, monkeypatch):
     assert prov["spec_decode"]["acceptance_rate"] >= 0.95
 
 
-REAL = ["V_real_n0", "V_real_ngram", "V_real_draft"]  # the CI grid's configs on the real model
+# the CI grid's speculative configs on the real model: each a container start of its own (about
+# a minute of CI); the plain V_real_n0 starts as a host process in tests/test_vllm_compile_cache.py
+REAL = ["V_real_ngram", "V_real_draft"]
 
 
 @pytest.mark.docker
 @pytest.mark.workflow
 def test_ci_grid_in_containers_end_to_end(workdir):
-    """config/ci-vllm.yaml's real-model configs as CI runs them: models written by the workflow,
-    vLLM in containers, one start per config; the real model's draft accepts part of its
-    tokens. (The random self-draft's mechanism check, acceptance near 1, runs on the same vLLM
-    as a host process above: test_a_cell_end_to_end_on_the_warm_engine; a fourth container
+    """config/ci-vllm.yaml's speculative real-model configs as CI runs them: models written by
+    the workflow, vLLM in containers, one start per config; the real model's draft accepts part
+    of its tokens. (The random self-draft's mechanism check, acceptance near 1, runs on the same vLLM
+    as a host process above: test_a_cell_end_to_end_on_the_warm_engine; a third container
     start would cost CI about a minute for the same check.)"""
     import docker
 
@@ -244,7 +246,6 @@ def test_ci_grid_in_containers_end_to_end(workdir):
     assert by_config.min()["V_real_draft"] > 0.2 and by_config.max()["V_real_draft"] < 0.99
     ngram = frame[(frame["config"] == "V_real_ngram") & (frame["spec_draft_tokens"] > 0)]
     assert (ngram["acceptance_rate"] == ngram["spec_accepted_tokens"] / ngram["spec_draft_tokens"]).all()
-    assert frame[frame["speculation"] == "none"]["acceptance_rate"].isna().all()
     prov = json.loads((workdir / "results/raw/V_real_draft/depth_0.provenance.json").read_text())
     assert prov["engine"]["image"] == VLLM_IMAGE and prov["engine"]["image_id"].startswith("sha256:")
     assert "--dtype bfloat16" in prov["engine"]["serve_command"]
