@@ -206,21 +206,24 @@ def most_in_flight(run: load.OpenLoopRun) -> int:
     return most
 
 
+@pytest.mark.integration  # a real server process, timed: never beside the demo sweep
 def test_the_open_loop_keeps_its_schedule_whatever_the_server_takes(paced_module, monkeypatch):
     """50 req/s of 200 ms streams: ~10 in flight, each sent on time, never after another ended."""
     rate, count = 50.0, 150
-    # the reference: a bare loop waking at the same due times (the benchmark's own)
-    bare_loop = benchmark_module("load_schedule", monkeypatch).reference_lags_ms
-    reference = sorted(bare_loop(schedule(POISSON, rate, count, seed=0).offsets_s))
+    # the reference: a bare loop waking at the same due times at the same time, in a process
+    # of its own (the benchmark's own)
+    alongside = benchmark_module("load_schedule", monkeypatch).reference_alongside
     with paced_module.PacedServer(ttft_ms=50, gap_ms=6, tokens=26, processes=1) as server:
-        run = open_loop(server.base_url, POISSON, rate, count, tokens=26)
+        with alongside(schedule(POISSON, rate, count, seed=0).offsets_s) as reference_lags:
+            run = open_loop(server.base_url, POISSON, rate, count, tokens=26)
+            reference = sorted(reference_lags())
         truth = server.take_log()
     requests = load.load_requests(run)
     assert [t.status for t in run.traces] == [OK] * count
     lags = sorted(r.lag_ms for r in requests)
     assert lags[0] >= 0  # never early
     # opening a connection costs no lag (~1 ms without the lead), and the client adds little to
-    # what this shared 2-core machine's scheduler gives any loop; benchmarks/load_schedule.py
+    # what this shared 2-core machine's scheduler gives any loop meanwhile; benchmarks/load_schedule.py
     # measures it against the issue's 1 ms
     assert nearest_rank(lags, 50) < 1.0, lags[:5]
     assert nearest_rank(lags, 99) < nearest_rank(reference, 99) + 10, (lags[-5:], reference[-5:])
@@ -236,6 +239,7 @@ def test_the_open_loop_keeps_its_schedule_whatever_the_server_takes(paced_module
     assert not summary.saturated  # the paced server has no queue without slots
 
 
+@pytest.mark.integration  # a real server process, timed: never beside the demo sweep
 def test_a_schedule_dealt_across_two_processes_is_sent_on_time_from_both(paced_module):
     """Each process sends every second request from its own loop (and reads only those
     streams), both timed from one origin; the run's records are the one loop's, by index."""
@@ -267,6 +271,7 @@ def test_a_schedule_dealt_across_two_processes_is_sent_on_time_from_both(paced_m
     assert {r.accept_wait_ms for r in load.load_requests(run)} == {0.0}
 
 
+@pytest.mark.integration  # a real server process, timed: never beside the demo sweep
 def test_a_request_the_server_was_slow_to_accept_is_late_by_the_servers_wait_not_the_clients(paced_module):
     """An engine too busy to accept has a full accept backlog: the kernel drops a connection
     attempt and the client's kernel resends it a second later. Such a request goes out late,
@@ -316,6 +321,7 @@ def test_a_minimum_duration_makes_a_high_rate_a_sustained_level():
     assert replace(sending, min_duration_s=None).requests_at(64) == 48
 
 
+@pytest.mark.integration  # a real server process, timed: never beside the demo sweep
 def test_no_collection_during_the_schedule_scans_what_the_process_held_before_it(paced_module):
     """A full collection of a cell process's heap takes ~10 ms (benchmarks/load_schedule.py
     prints it): on the H100 one request in each of two saturated cells went out 12-14 ms late.
@@ -346,6 +352,7 @@ CAPACITY_REQ_S = SLOTS / ((TTFT_MS + (TOKENS - 1) * GAP_MS) / 1e3)
 PROBED_RATES = (8.0, 14.0, 26.0, 36.0)
 
 
+@pytest.mark.integration  # a real server process, timed: never beside the demo sweep
 @pytest.mark.parametrize("processes", [1, 2])
 def test_a_level_far_past_capacity_ends_early_with_every_request_recorded(paced_module, processes):
     """100 req/s against a capacity of 20: the queue grows until a request has waited 0.3 s for
@@ -384,6 +391,7 @@ def test_a_level_far_past_capacity_ends_early_with_every_request_recorded(paced_
     assert not slo_outcome(requests, Slo(ttft_ms=150, tpot_ms=15, percentile=90, attainment=0.9)).slo_met
 
 
+@pytest.mark.integration  # a real server process, timed: never beside the demo sweep
 def test_the_highest_rate_meeting_the_slo_brackets_the_paced_servers_capacity(paced_module):
     slo = Slo(ttft_ms=150, tpot_ms=15, percentile=90, attainment=0.9)
     outcomes = {}
@@ -472,6 +480,7 @@ def test_the_workflow_plans_trace_cells_and_a_missing_trace_is_a_clear_error(tmp
         LOAD.context(grid, "D_f16_n0", ["cpu"])
 
 
+@pytest.mark.integration  # a real server process, timed: never beside the demo sweep
 def test_a_generated_trace_replayed_against_the_paced_server_keeps_its_schedule_and_lengths(
     paced_module, monkeypatch, tmp_path
 ):
@@ -488,9 +497,12 @@ def test_a_generated_trace_replayed_against_the_paced_server_keeps_its_schedule_
     assert [len(r.text.split()) for r in sent] == [e.input_tokens for e in entries]
     assert [r.max_tokens for r in sent] == [e.output_tokens for e in entries]
     offsets = tuple(e.offset_s for e in entries)
-    reference = sorted(benchmark_module("load_schedule", monkeypatch).reference_lags_ms(offsets))
+    alongside = benchmark_module("load_schedule", monkeypatch).reference_alongside
     with paced_module.PacedServer(ttft_ms=20, gap_ms=5, tokens=16, processes=1) as server:
-        run = asyncio.run(load.send_open_loop(natural.Endpoint(server.base_url, "paced"), sent, offsets, 60))
+        with alongside(offsets) as reference_lags:
+            endpoint = natural.Endpoint(server.base_url, "paced")
+            run = asyncio.run(load.send_open_loop(endpoint, sent, offsets, 60))
+            reference = sorted(reference_lags())
         truth = server.take_log()
     assert [t.status for t in run.traces] == [OK] * count
     lags = sorted(r.lag_ms for r in load.load_requests(run))
@@ -665,6 +677,7 @@ class Interrupted(Exception):
     """A search stopped mid-way, as Ctrl-C would stop it."""
 
 
+@pytest.mark.integration  # a real server process, timed: never beside the demo sweep
 def test_the_search_finds_the_paced_servers_capacity_and_resumes_where_it_stopped(paced_module, tmp_path):
     """Each probe is a load cell's raw file; a search stopped after three measures only the
     rest when run again, and a finished one measures nothing."""
