@@ -33,11 +33,13 @@ def test_every_committed_study_is_covered():
 def test_a_study_rebuilds_from_its_raw_files_unchanged(study, tmp_path, monkeypatch):
     shutil.copytree(study / "results", tmp_path / "results")
     shutil.copy(study / "grid.json", tmp_path / "grid.json")
-    # the engines' events, every loan's: the report's GPU time ledger reads them
+    # the engines' events and logs, every loan's: the report's GPU time ledger reads the events,
+    # its cross-check of the acceptance the logs beside them
     for events in [study / layout.ENGINE_EVENTS, *study.glob(layout.EARLIER_ENGINE_EVENTS)]:
         if events.exists():
             (tmp_path / events.relative_to(study)).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(events, tmp_path / events.relative_to(study))
+            for path in [events, *events.parent.glob("*.log")]:
+                shutil.copy(path, tmp_path / path.relative_to(study))
     monkeypatch.chdir(tmp_path)
     assert main(["finalize", "--grid", "grid.json", "--outdir", "."]) == 0
     changed = [

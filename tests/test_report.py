@@ -58,7 +58,7 @@ def test_seed002_crossover_between_8k_and_12k(seed002):
     report = render_report(*seed002)
     verdict = section(report, "Verdict")
     # the three DFlash configs share the conclusion: one line, the depth a user acts on first
-    (line,) = [b for b in verdict.splitlines() if "DSpark-DFlash" in b]
+    (line,) = [b for b in verdict.splitlines() if b.startswith("- DSpark-DFlash")]
     assert line.startswith(
         "- DSpark-DFlash n=1 (Q_bf16_dfl1), n=8 (Q_bf16_dfl8) and n=8 (Q_nvfp4_dfl8) pay off over their "
         "baselines (Q_bf16_aeon_n0 and Q_nvfp4_aeon_n0) only below 12k of context ("

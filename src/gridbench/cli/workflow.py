@@ -210,17 +210,20 @@ def write_report(
     load: pd.DataFrame | None = None,
     sessions: pd.DataFrame | None = None,
 ) -> None:
-    """comparison.md; ``events`` (engine events files) add the GPU time ledger, ``load`` (the
-    load dataset) the capacity under the SLO, ``sessions`` (the sessions dataset) TTFT and the
-    prefix cache by turn."""
+    """comparison.md; ``events`` (engine events files) add the GPU time ledger and, from the
+    engine logs beside them, the acceptance's cross-check; ``load`` (the load dataset) the
+    capacity under the SLO, ``sessions`` (the sessions dataset) TTFT and the prefix cache by turn."""
     from gridbench.aggregate.ledger import read_ledger
     from gridbench.aggregate.report import is_partial, render_report
     from gridbench.aggregate.report.appendix import kind_outcomes
+    from gridbench.aggregate.spec_log import read_engine_runs
     from gridbench.util.files import atomic_write_text
 
     links = [Path(os.path.relpath(g, out.parent)).as_posix() for g in graphs]
     ledger = read_ledger(grid, events) if events is not None else None
-    atomic_write_text(out, render_report(grid, dataset, natural, links, quality, ledger, load, sessions))
+    runs = read_engine_runs(events) if events is not None else []
+    text = render_report(grid, dataset, natural, links, quality, ledger, load, sessions, engine_runs=runs)
+    atomic_write_text(out, text)
     _warn_checks(grid, dataset, natural, quality)
     partial = is_partial(kind_outcomes(dataset, natural, quality, load, sessions))
     print(f"wrote {out}{' (PARTIAL: some cells failed)' if partial else ''}")
@@ -370,7 +373,8 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         action="append",
         type=Path,
         help="an engine events file (logs/engines/events.jsonl; repeat for several): adds the "
-        "GPU time ledger (a file that does not exist holds no events)",
+        "GPU time ledger (a file that does not exist holds no events) and, from the engine logs "
+        "beside it, the acceptance's cross-check against vLLM's log",
     )
     p.add_argument("--out", required=True, type=Path)
     p.set_defaults(func=cmd_report)

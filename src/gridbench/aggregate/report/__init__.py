@@ -28,6 +28,7 @@ from gridbench.aggregate.report.depth import (
     summary_table,
 )
 from gridbench.aggregate.report.energy import energy_section, method_line
+from gridbench.aggregate.report.k_sweep import k_sweep_section
 from gridbench.aggregate.report.ledger import METHOD_LINE, ledger_section, ledger_verdict_line
 from gridbench.aggregate.report.load import load_section
 from gridbench.aggregate.report.natural import (
@@ -39,8 +40,10 @@ from gridbench.aggregate.report.natural import (
 from gridbench.aggregate.report.phenomena import phenomena_section
 from gridbench.aggregate.report.quality import quality_section
 from gridbench.aggregate.report.sessions import sessions_section
+from gridbench.aggregate.report.spec_log import spec_log_section
 from gridbench.aggregate.report.study import configs_table, environment, method
 from gridbench.aggregate.report.summary import checks_section, verdict
+from gridbench.aggregate.spec_log import EngineRun
 from gridbench.config.grid import Grid
 
 
@@ -53,12 +56,14 @@ def render_report(
     ledger: GpuLedger | None = None,
     load: pd.DataFrame | None = None,
     sessions: pd.DataFrame | None = None,
+    engine_runs: Sequence[EngineRun] = (),
 ) -> str:
     """The whole comparison.md. ``graphs`` are links to the PNG files, relative to the report;
     ``quality`` (the quality dataset, with a quality section) adds its check and section;
     ``ledger`` (the engines' GPU time, aggregate.ledger) adds a verdict line and its section;
     ``load`` (the load dataset, with a load section) adds its verdict lines and section;
-    ``sessions`` (the sessions dataset, with a sessions section) adds its section."""
+    ``sessions`` (the sessions dataset, with a sessions section) adds its section;
+    ``engine_runs`` (the engines' logs, aggregate.spec_log) add the acceptance's cross-check."""
     study = grid.study
     # plain object columns: the many small selections below run ~3x faster than on Arrow
     # strings and nullable dtypes, and every value renders the same
@@ -82,6 +87,7 @@ def render_report(
         "## Energy and cost\n\n" + energy_section(dataset, natural, study),
         "## Roofline realisation\n\n" + roofline_section(dataset, study),
         "## Speculative decoding acceptance\n\n" + acceptance_section(dataset),
+        spec_log_section(engine_runs, dataset, natural),
     ]
     if grid.prefix_cache_pass:
         sections.append("## Prefix cache: TTFT cold vs cached context\n\n" + cached_section(dataset))
@@ -93,6 +99,7 @@ def render_report(
             "## Pareto frontier: throughput per GPU against per-user speed\n\n"
             + pareto_section(natural, study),
         ]
+    sections.append(k_sweep_section(grid, dataset, natural))
     sections += _optional_sections(dataset, quality, load, sessions)
     sections += [
         "## Failed and skipped cells\n\n" + failures_section(outcomes),

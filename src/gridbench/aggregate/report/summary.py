@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from gridbench.aggregate.checks import run_checks
+from gridbench.aggregate.report.k_sweep import k_sweep_verdict_lines
 from gridbench.aggregate.report.phenomena import judged, tally_line
 from gridbench.aggregate.text import and_list
 from gridbench.aggregate.verdict import load_findings, verdict_lines
@@ -56,6 +57,7 @@ def verdict(
     lines = weighed_verdict_lines(grid, dataset, natural)
     if load is not None:
         lines += load_verdict_lines(grid, load)
+    lines += k_sweep_verdict_lines(grid, dataset, natural)
     tally = tally_line(judged(grid, dataset, natural))
     if tally:
         lines.insert(0, tally)
