@@ -16,6 +16,7 @@ report: "workflow/report/workflow.rst"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/assets.smk"
+include: "workflow/rules/drafts.smk"
 include: "workflow/rules/preflight.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/natural.smk"

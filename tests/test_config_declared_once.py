@@ -25,6 +25,7 @@ from gridbench.cli import build_parser, main
 from gridbench.config.grid import (
     CapacityTargets,
     Checkpoint,
+    DraftRecipe,
     Engine,
     FilterKey,
     Hardware,
@@ -64,6 +65,7 @@ RECORD_ONLY = {
     (Checkpoint, "name"): "the entry's key under checkpoints",
     (Speculation, "name"): "the entry's key under speculations",
     (ConfigEntry, "name"): "the entry's key under configs",
+    (DraftRecipe, "name"): "the entry's key under drafts",
 }
 # Schema keys no record holds, each with the reason.
 SCHEMA_ONLY = {
@@ -83,6 +85,7 @@ MIRRORS = {
     Engine,
     Volume,
     Checkpoint,
+    DraftRecipe,
     WeightsOrigin,
     Speculation,
     Serving,

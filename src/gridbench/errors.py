@@ -73,3 +73,7 @@ class DiskFullError(GridbenchError):
 
 class ResultFileError(GridbenchError):
     """A raw result file is malformed or foreign."""
+
+
+class DraftStepError(GridbenchError):
+    """A step of a draft head's recipe failed (gridbench.drafts)."""

@@ -24,6 +24,22 @@ ENGINE_EVENTS = "logs/engines/events.jsonl"
 ENGINE_CACHE = "resources/engine-cache/{kind}/{key}"
 # where a container sees that folder
 ENGINE_CACHE_IN_CONTAINER = "/gridbench-engine-cache"
+# a trained draft head (gridbench.drafts, workflow/rules/drafts.smk): each step's output in its
+# folder, the heads as vLLM loads them, and the recipe's record (data, steps, loss curve, times)
+DRAFT_DIR = "resources/drafts/{draft}"
+DRAFT_PROMPTS = DRAFT_DIR + "/prompts.jsonl"
+DRAFT_ANSWERS = DRAFT_DIR + "/answers.jsonl"
+DRAFT_PREPARED = DRAFT_DIR + "/prepared"  # speculators' dataset, its hidden states beside it
+DRAFT_STEP = DRAFT_DIR + "/steps/{step}.json"  # what a step did: counts, device, wall time
+DRAFT_STEPS = ("prompts", "answers", "dataset", "hidden-states", "train")  # in the order they run
+DRAFT_HEAD = DRAFT_DIR + "/head"
+DRAFT_UNTRAINED_HEAD = DRAFT_DIR + "/untrained"
+DRAFT_HEAD_FILES = ("config.json", "model.safetensors")
+DRAFT_TRAIN_METRICS = DRAFT_DIR + "/train_metrics.jsonl"
+DRAFT_RECORD = DRAFT_DIR + "/RECIPE.json"
+# the recipe as its steps read it, written by the workflow where the grid files are: its path,
+# unlike a grid file's, names no content, so filtering a sweep reruns no step
+DRAFT_RECIPE_FILE = ".gridbench/drafts/{draft}.json"
 # a cell's GPU telemetry series (cells.telemetry), beside its provenance record
 PROVENANCE_SUFFIX = ".provenance.json"
 TELEMETRY_SUFFIX = ".telemetry.jsonl"

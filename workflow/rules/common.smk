@@ -1,3 +1,5 @@
+import dataclasses
+import json
 import re
 import sys
 from pathlib import Path
@@ -9,6 +11,7 @@ from gridbench.cells.context import write_context
 from gridbench.cells.kinds import CELL_KINDS, wildcard_patterns
 from gridbench.cells.plan import run_order, sweep_plan
 from gridbench.config.loading import load_grid
+from gridbench.drafts.recipe import write_recipe_files
 from gridbench.engines.manager import detect_gpus
 from gridbench.errors import GridbenchError
 from gridbench.sweep import Sweep
@@ -37,6 +40,7 @@ wildcard_constraints:
     **wildcard_patterns(GRID),
     config="|".join(PLAN.configs) or "NO_CONFIG",
     engine="|".join(GRID.configs[c].engine.name for c in PLAN.configs) or "NO_ENGINE",
+    draft="|".join(map(re.escape, GRID.drafts)) or "NO_DRAFT",
 
 
 def get_final_outputs():
@@ -255,6 +259,26 @@ def get_engine_mutexes():
 
 
 ENGINE_MUTEXES = get_engine_mutexes()
+
+
+write_recipe_files(GRID)
+
+
+def draft_recipe_file(wildcards):
+    """Where a draft's steps read its recipe: a path that names no content (unlike a grid
+    file's), so a filtered sweep reruns no step."""
+    return layout.DRAFT_RECIPE_FILE.format(draft=wildcards.draft)
+
+
+def draft_settings(wildcards):
+    """A draft's recipe as its steps' param: changing the recipe reruns them."""
+    recipe = GRID.drafts[wildcards.draft]
+    return json.dumps(dataclasses.asdict(recipe), sort_keys=True)
+
+
+def draft_target_files(wildcards):
+    """The target's files a draft's answers need: built first where a rule can."""
+    return list(GRID.drafts[wildcards.draft].files)
 
 
 # On a cluster the light rules run where Snakemake runs (the login node), not as jobs.

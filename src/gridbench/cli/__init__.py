@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 
-from gridbench.cli import assets, user, workflow
+from gridbench.cli import assets, drafts, user, workflow
 from gridbench.errors import GridbenchError
 
 
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     user.add_commands(sub)
     workflow.add_commands(sub)
     assets.add_commands(sub)
+    drafts.add_commands(sub)
     return parser
 
 

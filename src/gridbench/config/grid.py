@@ -113,6 +113,28 @@ class Speculation:
         return self.method != "none"
 
 
+@dataclass(frozen=True, kw_only=True)
+class DraftRecipe:
+    """A ``drafts:`` entry: a head the workflow trains for a target (gridbench.drafts)."""
+
+    name: str
+    method: str
+    model: str  # the target's Hugging Face folder on the host
+    files: tuple[str, ...]
+    python: str  # the interpreter of the heavy steps (vLLM, torch, speculators)
+    env: dict[str, str]
+    llm_args: JsonObject
+    prompts: int
+    max_tokens: int
+    seq_length: int
+    epochs: int
+    lr: float
+    draft_vocab_size: int
+    total_seq_len: int
+    seed: int
+    threads: int
+
+
 @dataclass(frozen=True)
 class Serving:
     max_model_len: int
@@ -237,6 +259,7 @@ class Grid:
     quality: QualitySettings | None = None  # the greedy-agreement cells' settings; None: none
     load: LoadSettings | None = None  # the open-loop load cells' settings; None: none
     sessions: SessionSettings | None = None  # the multi-turn session cells' settings; None: none
+    drafts: Mapping[str, DraftRecipe] = field(default_factory=dict)  # heads the workflow trains
     filters: dict[FilterKey, tuple[str, ...]] = field(default_factory=dict)
     # the validated config with its defaults filled: what the workflow writes as its grid file
     document: JsonObject = field(default_factory=dict, repr=False)

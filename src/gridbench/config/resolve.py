@@ -17,6 +17,7 @@ from gridbench.cells.provenance import SECRET_NAME
 from gridbench.config.grid import (
     BenchySettings,
     Checkpoint,
+    DraftRecipe,
     Engine,
     FilterKey,
     Grid,
@@ -135,12 +136,13 @@ class ConfigSections:
     quality: QualitySection | None = None
     load: LoadSettings | None = None
     sessions: SessionSettings | None = None
+    drafts: dict[str, DraftRecipe] = field(default_factory=dict)
     study: StudyInfo = field(default_factory=StudyInfo)
     filters: Filters = field(default_factory=Filters, metadata=codec.INLINE)
 
 
 # the sections whose entries are named by their key
-TABLES = ("engines", "checkpoints", "speculations", "configs")
+TABLES = ("engines", "checkpoints", "speculations", "configs", "drafts")
 
 
 def resolve_grid(sections: ConfigSections, source: str) -> Grid:
@@ -187,6 +189,7 @@ def resolve_grid(sections: ConfigSections, source: str) -> Grid:
         quality=_quality(sections.quality, sections.natural, configs, source),
         load=sections.load,
         sessions=sections.sessions,
+        drafts=sections.drafts,
         study=sections.study,
         gpu_slots=sections.gpu_slots or None,
         prefix_cache_pass=prefix_cache_pass,
