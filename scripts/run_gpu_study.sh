@@ -171,6 +171,11 @@ pack_engine_cache() {
 
 llama_cpp() {
     local src
+    # a study without a llama.cpp engine neither builds nor checks one
+    if [ -f "${configs[0]}" ] && ! grep -qE '^\s*kind:\s*llamacpp\b' "${configs[@]}"; then
+        echo "no llama.cpp engine in the study: none built"
+        return 0
+    fi
     src=$(compgen -G "$carry/llama.cpp-src-*.tar.gz" | head -1)
     if [ -x "$llamacpp/bin/llama-server" ] && [ -f "$llamacpp/bin/.carried" ]; then
         # a carried build, or this machine's own from an earlier run: used if it sees the GPU
@@ -268,7 +273,8 @@ pack() {
     local paths=()
     for path in results dataset graphs partial report.html logs .gridbench/grid-*.json \
         resources/models/*/weight_gb.tsv resources/models/*/SHAPE resources/models/*/quantize-*.log \
-        resources/models/*/*/MANIFEST.json resources/models/*/*/hf-*/MANIFEST.json \
+        resources/models/*/MANIFEST.json resources/models/*/*/MANIFEST.json resources/models/*/*/hf-*/MANIFEST.json \
+        resources/drafts/*/RECIPE.json resources/drafts/*/steps resources/drafts/*/train_metrics.jsonl \
         "$llamacpp"/cmake-*.log "$llamacpp"/bin/BUILD_STAMP; do
         [ -e "$path" ] && paths+=("$path")
     done

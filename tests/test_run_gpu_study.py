@@ -206,3 +206,14 @@ def test_the_capacity_search_runs_after_the_sweep_on_the_study_files_and_the_swe
     )
     assert "R_bf16_none" not in (tree / "dataset/load.csv").read_text()  # the run's --config
     assert (tree / "sweeps.log").read_text() == "sweep\nsweep\n"
+
+
+def test_a_study_without_a_llama_cpp_engine_builds_none(tree, fake_bin, tmp_path):
+    """config/studies/h100-speculation.yaml serves vLLM only: no llama.cpp sources needed, the
+    step passes, and the run fails only for the sweep's missing cells."""
+    (tree / "config/studies").mkdir(parents=True)
+    shutil.copy(REPO / "config/studies/h100-speculation.yaml", tree / "config/studies")
+    result, _ = run_study(tree, fake_bin, tmp_path, STUDY="h100-speculation", CELL_STATUS="failed")
+    assert "no llama.cpp engine in the study: none built" in result.stdout
+    assert "no llama.cpp build runs here" not in result.stdout
+    assert "llama_cpp" not in last_line(result), last_line(result)
