@@ -146,7 +146,10 @@ def soak_config(options: SoakOptions, chaos_log: Path, chaos_switch: Path) -> di
     config["depths"] = [DEPTH_STEP * i for i in range(per_config)]
     config["benchy"] = {
         "pp": 8,
-        "tg": 16,  # a few more tokens than needed, so that decode is not read as one burst
+        # The demo engine decodes 1,000-3,700 tok/s here: 16 tokens took 5 ms, within one
+        # scheduling delay of a loaded 2-core machine, so an answer read in one burst left a
+        # cell unmeasured twice in a row (CI, 2026-12-06). 256 tokens take 70-250 ms.
+        "tg": 256,
         "runs": 1,
         "latency_mode": "none",
         "skip_coherence": True,
