@@ -133,6 +133,10 @@ class DraftRecipe:
     total_seq_len: int
     seed: int
     threads: int
+    # None: speculators' default for the method (EAGLE-3 1 layer; DFlash 5, blocks of 16, 512 anchors)
+    draft_layers: int | None = None
+    block_size: int | None = None
+    max_anchors: int | None = None
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from importlib import resources
+from itertools import count, takewhile
 from pathlib import Path
 
 import yaml
@@ -167,7 +168,19 @@ def _train_command(recipe: DraftRecipe, paths: DraftPaths) -> list[str]:
         *("--draft-vocab-size", str(recipe.draft_vocab_size), "--total-seq-len", str(recipe.total_seq_len)),
         *("--epochs", str(recipe.epochs), "--lr", str(recipe.lr), "--seed", str(recipe.seed)),
         *("--threads", str(recipe.threads)),
+        *_optional_flags(
+            {
+                "--num-layers": recipe.draft_layers,
+                "--block-size": recipe.block_size,
+                "--max-anchors": recipe.max_anchors,
+            }
+        ),
     ]
+
+
+def _optional_flags(flags: dict[str, int | None]) -> list[str]:
+    """The flags set in the recipe; the others take speculators' default for the method."""
+    return [part for flag, value in flags.items() if value is not None for part in (flag, str(value))]
 
 
 # the heavy steps, each run by the draft's own interpreter
@@ -269,12 +282,11 @@ def loss_curve(metrics_lines: Iterable[str]) -> tuple[EpochLoss, ...]:
         record = json.loads(line)
         if "train" in record:
             step = record["train"]
-            train.setdefault(int(record["epoch"]), []).append((step["loss"], step.get("full_acc_0", 0.0)))
+            first = (_accuracy_by_position(step) or (0.0,))[0]
+            train.setdefault(int(record["epoch"]), []).append((step["loss"], first))
         elif "val" in record:
             val = record["val"]
-            keys = (f"full_acc_{i}_epoch" for i in range(len(val)))
-            positions = tuple(val[key] for key in keys if key in val)
-            validation[int(record["epoch"])] = (val.get("loss_epoch"), positions)
+            validation[int(record["epoch"])] = (val.get("loss_epoch"), _accuracy_by_position(val, "_epoch"))
     return tuple(
         EpochLoss(
             epoch=epoch,
@@ -286,3 +298,18 @@ def loss_curve(metrics_lines: Iterable[str]) -> tuple[EpochLoss, ...]:
         )
         for epoch, steps in sorted(train.items())
     )
+
+
+def _accuracy_by_position(metrics: dict[str, float], suffix: str = "") -> tuple[float, ...]:
+    """The accuracy of each drafted position, the first drafted token's first: EAGLE-3 names
+    them full_acc_0, full_acc_1 ...; DFlash position_1_acc ... (its block's position 0 is the
+    bonus token, which it does not draft)."""
+    for names in (
+        (f"full_acc_{i}{suffix}" for i in count()),
+        (f"position_{i}_acc{suffix}" for i in count(1)),
+    ):
+        present = takewhile(lambda name: name in metrics, names)
+        found = tuple(metrics[name] for name in present)
+        if found:
+            return found
+    return ()

@@ -100,7 +100,7 @@ def hidden_states(args: argparse.Namespace) -> StepFacts:
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16)
     model.to(torch.device(device))
     model.train(False)  # inference: no dropout
-    layers = args.layers or _eagle3_layers(model.config.num_hidden_layers)
+    layers = args.layers or _target_layers(model.config.num_hidden_layers)
     captured: dict[str, torch.Tensor] = {}
     model.model.norm.register_forward_pre_hook(lambda _module, inputs: captured.update(pre_norm=inputs[0]))
     out = Path(args.out)
@@ -128,8 +128,8 @@ def hidden_states(args: argparse.Namespace) -> StepFacts:
     )
 
 
-def _eagle3_layers(num_layers: int) -> list[int]:
-    return [2, num_layers // 2, num_layers - 3]  # speculators' and vLLM's EAGLE-3 default
+def _target_layers(num_layers: int) -> list[int]:
+    return [2, num_layers // 2, num_layers - 3]  # speculators' and vLLM's default, EAGLE-3's and DFlash's
 
 
 def _patch_for_cpu() -> None:
@@ -181,7 +181,13 @@ def _trainer_args(args: argparse.Namespace) -> list[str]:
         # the same kernels on a CPU and a GPU: the fused loss is a Triton kernel, and flex
         # attention needs torch.compile
         *("--loss-implementation", "eager", "--draft-attn-impl", "sdpa"),
+        *(part for flag in ("num_layers", "block_size", "max_anchors") for part in _flag(args, flag)),
     ]
+
+
+def _flag(args: argparse.Namespace, name: str) -> tuple[str, ...]:
+    value = getattr(args, name)
+    return () if value is None else (f"--{name.replace('_', '-')}", str(value))
 
 
 def train(args: argparse.Namespace) -> StepFacts:
@@ -252,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(name, type=int, required=True)
     p.add_argument("--lr", type=float, required=True)
     p.add_argument("--threads", type=int, default=0)
+    for name in ("--num-layers", "--block-size", "--max-anchors"):  # speculators' default when absent
+        p.add_argument(name, type=int)
     p.set_defaults(func=train)
     args = parser.parse_args(argv)
     facts = args.func(args)
