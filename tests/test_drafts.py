@@ -144,7 +144,7 @@ def test_a_draft_key_the_schema_does_not_know_is_an_error_naming_it():
 @pytest.mark.workflow
 def test_heads_trained_by_the_workflow_are_served_and_accepted_where_the_untrained_ones_are_not(tmp_path):
     """config/ci-drafts.yaml from nothing: the model written, an EAGLE-3 and a DFlash head
-    trained (about 7 minutes on two cores), then one vLLM start per head and the four prompt
+    trained (about 6 minutes on two cores), then one vLLM start per head and the four prompt
     classes."""
     assert (VLLM_ENV / "bin/python").exists(), "build it: scripts/build_vllm_cpu_env.sh"
     config = load_yaml(REPO / "config/ci-drafts.yaml")
