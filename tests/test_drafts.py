@@ -6,6 +6,7 @@ DFlash heads and accepting their drafts where the same heads untrained get next 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from gridbench.drafts.recipe import (
     evaluation_prompts,
     loss_curve,
     read_recipe,
+    run_step,
     worker_command,
     write_recipe_files,
 )
@@ -92,20 +94,20 @@ def test_a_dflash_curve_counts_positions_from_the_first_drafted_token():
 
 def test_a_dflash_recipe_passes_its_block_and_layers_and_an_eagle3_one_leaves_them_to_speculators():
     grid = load_grid_files([REPO / "config/ci-drafts.yaml"])
-    dflash = worker_command(grid.drafts[DFLASH], DraftPaths(DFLASH), "train")
+    dflash = worker_command(grid.drafts[DFLASH], DraftPaths.of(grid.drafts[DFLASH]), "train")
     assert dflash[dflash.index("--method") + 1] == "dflash"
     assert [dflash[dflash.index(flag) + 1] for flag in ("--num-layers", "--block-size", "--max-anchors")] == [
         "2",
         "8",
         "64",
     ]
-    eagle3 = worker_command(grid.drafts[DRAFT], DraftPaths(DRAFT), "train")
+    eagle3 = worker_command(grid.drafts[DRAFT], DraftPaths.of(grid.drafts[DRAFT]), "train")
     assert not {"--num-layers", "--block-size", "--max-anchors"} & set(eagle3)
 
 
 def test_a_draft_recipe_takes_its_settings_into_each_step_and_its_outputs_from_the_layout():
     grid = load_grid_files([REPO / "config/ci-drafts.yaml"])
-    recipe, paths = grid.drafts[DRAFT], DraftPaths(DRAFT)
+    recipe, paths = grid.drafts[DRAFT], DraftPaths.of(grid.drafts[DRAFT])
     answers = worker_command(recipe, paths, "answers")
     assert answers[:3] == [recipe.python, "-m", "gridbench.drafts.worker"]
     assert answers[answers.index("--max-tokens") + 1] == "96" and json.loads(answers[-1]) == recipe.llm_args
@@ -137,6 +139,63 @@ def test_a_draft_key_the_schema_does_not_know_is_an_error_naming_it():
         load_grid_files(
             [REPO / "config/ci-drafts.yaml"], {"drafts": {"d": {"model": "m", "python": "p", "epoch": 3}}}
         )
+
+
+def test_a_draft_that_reads_anothers_data_trains_on_its_hidden_states_and_runs_no_data_step():
+    grid = load_grid_files([REPO / "config/ci-drafts.yaml"])
+    recipe = grid.drafts[DFLASH]
+    assert recipe.data_from == DRAFT
+    paths = DraftPaths.of(recipe)
+    train = worker_command(recipe, paths, "train")
+    assert train[train.index("--data") + 1] == layout.DRAFT_PREPARED.format(draft=DRAFT)
+    assert train[train.index("--head") + 1] == layout.DRAFT_HEAD.format(draft=DFLASH)
+    assert paths.step("hidden-states") == Path(layout.DRAFT_STEP.format(draft=DRAFT, step="hidden-states"))
+    with pytest.raises(ConfigError, match=f"{DFLASH} trains on {DRAFT}'s data: it has no answers step"):
+        run_step(recipe, paths, "answers")
+
+
+def test_the_gpu_studys_dflash_overlay_trains_on_the_eagle3_drafts_data():
+    """The overlay repeats the EAGLE-3 draft's data settings: a change to one side alone is refused."""
+    study = [REPO / "config/studies/h100-speculation.yaml", REPO / "config/studies/speculation-dflash.yaml"]
+    grid = load_grid_files(study)
+    assert grid.drafts["smollm2_dflash"].data_draft == "smollm2_eagle3"
+    assert "smollm2_dflash" not in load_grid_files(study[:1]).drafts
+
+
+@pytest.mark.workflow
+def test_the_workflow_builds_shared_draft_data_once():
+    """Two drafts, one data: one job of each data step, a training job for each head."""
+    snakemake = str(Path(sys.executable).parent / "snakemake")
+    result = subprocess.run(
+        [snakemake, "-n", "--quiet", "rules", "-j1", "--configfile", "config/ci-drafts.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    jobs = dict(line.split()[:2] for line in result.stdout.splitlines() if line.startswith("draft_"))
+    assert jobs == {
+        "draft_prompts": "1",
+        "draft_answers": "1",
+        "draft_dataset": "1",
+        "draft_hidden_states": "1",
+        "draft_train": "2",
+    }, result.stdout
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"max_tokens": 64}, "its max_tokens differ from smollm2_eagle3_ci's"),
+        ({"data_from": "nowhere"}, f"'nowhere' is not a draft with data of its own; allowed values: {DRAFT}"),
+        ({"data_from": DFLASH}, "'smollm2_dflash_ci' is not a draft with data of its own"),
+    ],
+)
+def test_a_draft_reads_anothers_data_only_where_that_data_was_built_with_its_settings(change, message):
+    key = re.escape(f"drafts.{DFLASH}.data_from")
+    with pytest.raises(ConfigError, match=f"{key}.*{re.escape(message)}"):
+        load_grid_files([REPO / "config/ci-drafts.yaml"], {"drafts": {DFLASH: change}})
 
 
 @pytest.mark.integration
@@ -186,13 +245,20 @@ def test_heads_trained_by_the_workflow_are_served_and_accepted_where_the_untrain
     assert filtered.returncode == 0 and "natural_cell" in filtered.stdout, filtered.stdout + filtered.stderr
     assert "draft_" not in filtered.stdout, filtered.stdout
 
-    for draft in (DRAFT, DFLASH):
-        record = json.loads((tmp_path / layout.DRAFT_RECORD.format(draft=draft)).read_text())
-        steps = {step["step"]: step for step in record["steps"]}
-        assert list(steps) == list(layout.DRAFT_STEPS)
-        assert steps["prompts"]["rows"] == 96 and steps["answers"]["rows"] == 96
-        assert steps["answers"]["answer_tokens"] > 2000
-        assert steps["train"]["device"] == "cpu" and record["gpu_minutes"] == 0
+    records = {
+        draft: json.loads((tmp_path / layout.DRAFT_RECORD.format(draft=draft)).read_text())
+        for draft in (DRAFT, DFLASH)
+    }
+    steps = {step["step"]: step for step in records[DRAFT]["steps"]}
+    assert list(steps) == list(layout.DRAFT_STEPS)
+    assert steps["prompts"]["rows"] == 96 and steps["answers"]["rows"] == 96
+    assert steps["answers"]["answer_tokens"] > 2000
+    # the DFlash head trained on the EAGLE-3 draft's data (data_from) and built none of its own
+    assert [step["step"] for step in records[DFLASH]["steps"]] == ["train"]
+    assert records[DFLASH]["sha256"]["answers"] == records[DRAFT]["sha256"]["answers"]
+    assert not (tmp_path / layout.DRAFT_DIR.format(draft=DFLASH) / "prepared").exists()
+    for draft, record in records.items():
+        assert record["steps"][-1]["device"] == "cpu" and record["gpu_minutes"] == 0
         curve = record["loss_curve"]
         assert len(curve) == config["drafts"][draft]["epochs"]
         assert curve[-1]["train_loss_mean"] < 0.6 * curve[0]["train_loss_mean"], curve

@@ -276,6 +276,12 @@ def draft_settings(wildcards):
     return json.dumps(dataclasses.asdict(recipe), sort_keys=True)
 
 
+def draft_hidden_states_step(wildcards):
+    """The hidden states a draft trains on: its own, or those of the draft it names in data_from."""
+    data_draft = GRID.drafts[wildcards.draft].data_draft
+    return layout.DRAFT_STEP.format(draft=data_draft, step="hidden-states")
+
+
 def draft_target_files(wildcards):
     """The target's files a draft's answers need: built first where a rule can."""
     return list(GRID.drafts[wildcards.draft].files)

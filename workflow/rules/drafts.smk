@@ -1,6 +1,7 @@
 # Draft heads trained for a target (the config's drafts section; gridbench.drafts): one rule a
 # step, so a failed or interrupted training keeps the steps before it. A speculation that
-# names a head's files (layout.DRAFT_HEAD) makes its cells wait for the training.
+# names a head's files (layout.DRAFT_HEAD) makes its cells wait for the training. A draft with
+# data_from runs only the training, on that draft's data.
 
 
 rule draft_prompts:
@@ -62,7 +63,7 @@ rule draft_hidden_states:
 
 rule draft_train:
     input:
-        layout.DRAFT_STEP.replace("{step}", "hidden-states"),
+        draft_hidden_states_step,
     output:
         head=multiext(f"{layout.DRAFT_HEAD}/", *layout.DRAFT_HEAD_FILES),
         untrained=multiext(f"{layout.DRAFT_UNTRAINED_HEAD}/", *layout.DRAFT_HEAD_FILES),

@@ -14,7 +14,7 @@ def cmd_draft(args: argparse.Namespace) -> int:
     from gridbench.util import codec
 
     recipe = read_recipe(args.recipe)
-    facts = run_step(recipe, DraftPaths(recipe.name), args.step)
+    facts = run_step(recipe, DraftPaths.of(recipe), args.step)
     print(f"draft {recipe.name}, step {args.step}: {json.dumps(codec.to_json(facts))}")
     return 0
 

@@ -137,6 +137,20 @@ class DraftRecipe:
     draft_layers: int | None = None
     block_size: int | None = None
     max_anchors: int | None = None
+    data_from: str | None = None  # another draft whose prompts, answers and hidden states this one trains on
+
+    @property
+    def data_draft(self) -> str:
+        """The draft whose data steps this one's training reads: its own, or data_from's."""
+        return self.data_from or self.name
+
+
+# what a draft's data steps (prompts, answers, dataset, hidden states) depend on: a draft that
+# trains on another's data must have the same
+DRAFT_DATA_SETTINGS = (
+    *("model", "files", "python", "env", "llm_args"),
+    *("prompts", "max_tokens", "seq_length", "seed"),
+)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from gridbench.cells.provenance import SECRET_NAME
 from gridbench.config.grid import (
+    DRAFT_DATA_SETTINGS,
     BenchySettings,
     Checkpoint,
     DraftRecipe,
@@ -174,6 +175,7 @@ def resolve_grid(sections: ConfigSections, source: str) -> Grid:
             hint="list llama-benchy depths, or add a natural:, quality:, load: or sessions: section",
         )
     _check_load(sections.load, source)
+    _check_draft_data(sections.drafts, source)
     allowed: dict[FilterKey, list[str]] = {
         "config": list(configs),
         "engine": list(dict.fromkeys(c.engine.name for c in configs.values())),
@@ -275,6 +277,31 @@ def _check_every_config_fits_a_cell(
                 f"{source}: key benchy.pp + benchy.tg = {benchy.pp + benchy.tg} exceeds "
                 f"configs.{name}'s max_model_len {cfg.serving.max_model_len}: no cell could run",
                 hint="lower benchy.pp/tg or raise serving.max_model_len",
+            )
+
+
+def _check_draft_data(drafts: Mapping[str, DraftRecipe], source: str) -> None:
+    """A draft that trains on another's data names a draft that owns its data, with the same
+    data settings: a setting that differed would be silently ignored."""
+    for name, recipe in drafts.items():
+        if recipe.data_from is None:
+            continue
+        key = f"{source}: key drafts.{name}.data_from"
+        owner = drafts.get(recipe.data_from)
+        if owner is None or owner.data_from is not None:
+            owners = [n for n, r in drafts.items() if r.data_from is None and n != name]
+            raise ConfigError(
+                f"{key}: {recipe.data_from!r} is not a draft with data of its own; "
+                f"allowed values: {', '.join(owners) or 'none'}",
+                hint="name a draft that builds its own prompts, answers and hidden states",
+            )
+        differing = [s for s in DRAFT_DATA_SETTINGS if getattr(recipe, s) != getattr(owner, s)]
+        if differing:
+            settings = ", ".join(differing)
+            raise ConfigError(
+                f"{key}: draft {name} trains on {owner.name}'s data, but its {settings} "
+                f"differ from {owner.name}'s",
+                hint=f"give both drafts the same {settings}, or drop data_from to build its own data",
             )
 
 

@@ -47,27 +47,42 @@ class RecipeRecord:
 
 @dataclass(frozen=True)
 class DraftPaths:
-    """Where one draft's steps write (layout's DRAFT_* patterns, filled in)."""
+    """Where one draft's steps write (layout's DRAFT_* patterns, filled in); its data (prompts,
+    answers, dataset and hidden states) are those of ``data_draft``, itself unless the recipe
+    names another's."""
 
     draft: str
+    data_draft: str
+
+    @classmethod
+    def of(cls, recipe: DraftRecipe) -> DraftPaths:
+        return cls(recipe.name, recipe.data_draft)
 
     def _fill(self, pattern: str, **more: str) -> Path:
         return Path(pattern.format(draft=self.draft, **more))
 
+    def _data(self, pattern: str, **more: str) -> Path:
+        return Path(pattern.format(draft=self.data_draft, **more))
+
     @property
     def prompts(self) -> Path:
-        return self._fill(layout.DRAFT_PROMPTS)
+        return self._data(layout.DRAFT_PROMPTS)
 
     @property
     def answers(self) -> Path:
-        return self._fill(layout.DRAFT_ANSWERS)
+        return self._data(layout.DRAFT_ANSWERS)
 
     @property
     def prepared(self) -> Path:
-        return self._fill(layout.DRAFT_PREPARED)
+        return self._data(layout.DRAFT_PREPARED)
 
     def step(self, step: str) -> Path:
-        return self._fill(layout.DRAFT_STEP, step=step)
+        return (self._fill if step == "train" else self._data)(layout.DRAFT_STEP, step=step)
+
+    @property
+    def own_steps(self) -> tuple[str, ...]:
+        """The steps this draft runs: all, or only the training when it reads another's data."""
+        return layout.DRAFT_STEPS if self.data_draft == self.draft else ("train",)
 
     @property
     def head(self) -> Path:
@@ -239,6 +254,11 @@ def run_worker(recipe: DraftRecipe, paths: DraftPaths, step: str) -> StepFacts:
 
 def run_step(recipe: DraftRecipe, paths: DraftPaths, step: str) -> StepFacts:
     """Run one step and write its record; the train step also writes the recipe's record."""
+    if step not in paths.own_steps:
+        raise ConfigError(
+            f"draft {paths.draft} trains on {paths.data_draft}'s data: it has no {step} step of its own",
+            hint=f"run draft {paths.data_draft}'s {step} step instead (the workflow does)",
+        )
     if step == "dataset":  # a fresh dataset: the hidden states below it belong to the old one
         shutil.rmtree(paths.prepared, ignore_errors=True)
     facts = write_prompts(recipe, paths) if step == "prompts" else run_worker(recipe, paths, step)
@@ -249,11 +269,11 @@ def run_step(recipe: DraftRecipe, paths: DraftPaths, step: str) -> StepFacts:
 
 
 def recipe_record(recipe: DraftRecipe, paths: DraftPaths) -> RecipeRecord:
-    """The recipe, each step's facts, the checksums of the data and both heads, the loss
-    curve by epoch and the device time."""
+    """The recipe, the facts of each step it ran (not those of a draft whose data it reads),
+    the checksums of the data and both heads, the loss curve by epoch and the device time."""
     steps = tuple(
         codec.from_json(StepFacts, json.loads(paths.step(step).read_text()))
-        for step in layout.DRAFT_STEPS
+        for step in paths.own_steps
         if paths.step(step).exists()
     )
     heads = {"head": paths.head, "untrained": paths.untrained_head}
