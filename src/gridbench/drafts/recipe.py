@@ -323,9 +323,10 @@ def loss_curve(metrics_lines: Iterable[str]) -> tuple[EpochLoss, ...]:
 def _accuracy_by_position(metrics: dict[str, float], suffix: str = "") -> tuple[float, ...]:
     """The accuracy of each drafted position, the first drafted token's first: EAGLE-3 names
     them full_acc_0, full_acc_1 ...; DFlash position_1_acc ... (its block's position 0 is the
-    bonus token, which it does not draft)."""
+    bonus token, which it does not draft); DSpark position_0_acc ... (it drafts the anchor too)."""
     for names in (
         (f"full_acc_{i}{suffix}" for i in count()),
+        (f"position_{i}_acc{suffix}" for i in count()),
         (f"position_{i}_acc{suffix}" for i in count(1)),
     ):
         present = takewhile(lambda name: name in metrics, names)

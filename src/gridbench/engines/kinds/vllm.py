@@ -40,9 +40,9 @@ class VLLM(EngineKind):
     label = "vLLM"
     api_key_variable = "VLLM_API_KEY"
     speculation_methods = frozenset(
-        {"dflash", "mtp", "eagle", "eagle3", "draft_model", "ngram", "medusa", "suffix"}
+        {"dflash", "dspark", "mtp", "eagle", "eagle3", "draft_model", "ngram", "medusa", "suffix"}
     )
-    draft_model_methods = frozenset({"dflash", "eagle", "eagle3", "draft_model", "medusa"})
+    draft_model_methods = frozenset({"dflash", "dspark", "eagle", "eagle3", "draft_model", "medusa"})
     metrics_prefix = "vllm:"
     version_path = "/version"
     version_key = "version"
