@@ -187,6 +187,10 @@ def test_the_gpu_studys_block_drafts_train_on_the_eagle3_drafts_data():
         "num_speculative_tokens": 16,
     }
     assert list(load_grid_files(study[:1]).drafts) == ["smollm2_eagle3"]
+    # a loan that gets an H200 names it, for the roofline and the report
+    on_h200 = load_grid_files([study[0], STUDIES / "speculation-on-h200.yaml"])
+    assert on_h200.study.hardware.memory_bandwidth_gb_s == 4800 and "H200" in on_h200.study.title
+    assert on_h200.configs == load_grid_files(study[:1]).configs
 
 
 @pytest.mark.workflow
