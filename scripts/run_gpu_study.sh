@@ -7,7 +7,8 @@
 #      gridbench from src/;
 #   2. build llama.cpp with CUDA, or reuse a build (carried, or left by an earlier run);
 #   3. write the study's models (scripts/prepare_gpu_models.sh --study STUDY);
-#   4. bring back results an earlier run measured (RESULTS_FROM), so only missing cells run;
+#   4. bring back trained drafts (draft-*.tar.gz in the carry) and results (RESULTS_FROM) an
+#      earlier run made, so only missing cells run and no head is trained again;
 #   5. run the study through Snakemake, stopped in time to pack whatever happens;
 #   6. build the dataset and report of every cell measured so far, pack them into $OUT.
 # What a warm machine already holds (the install, the build, the models) is reused.
@@ -209,6 +210,21 @@ llama_cpp() {
     fi
 }
 
+# trained drafts an earlier loan exported (gridbench draft export; draft-NAME.tar.gz in the carry
+# folder, or its .part-* pieces): each target built by the workflow, then the draft unpacked
+# where the workflow finds it trained. A draft that trains on another's data comes after that
+# one's archive, which name order does not give: its import says so.
+carried_drafts() {
+    local archive parts targets
+    for archive in $(compgen -G "$carry/draft-*.tar.gz*" | sed -E 's/\.part-[0-9]+$//' | sort -u); do
+        read -ra parts <<< "$(compgen -G "$archive" || compgen -G "$archive.part-*" | sort | xargs)"
+        targets=$(gridbench draft import --targets "${parts[@]}") || return 1
+        # shellcheck disable=SC2086 # the target's paths, one a line
+        snakemake -j1 --quiet rules $targets --configfile "${configs[@]}" || return 1
+        gridbench draft import "${parts[@]}" || return 1
+    done
+}
+
 earlier_results() { # earlier_results [SNAKEMAKE_ARGS...]: for the configs whose inputs exist
     [ -n "${RESULTS_FROM:-}" ] || return 0
     bash scripts/restore_results.sh "$RESULTS_FROM" --configfile "${configs[@]}" "$@"
@@ -309,7 +325,8 @@ if timed carry carried && timed python_env python_env; then # (its PATH and PYTH
         timed llama_cpp llama_cpp --wait
         built=$?
     fi
-    if [ "$built" -eq 0 ] && timed models bash scripts/prepare_gpu_models.sh --study "$study"; then
+    if [ "$built" -eq 0 ] && timed models bash scripts/prepare_gpu_models.sh --study "$study" &&
+        timed carried_drafts carried_drafts; then
         timed earlier_results earlier_results
         timed sweep sweep "$@"
         if [ "${CAPACITY_SEARCH:-}" = 1 ]; then

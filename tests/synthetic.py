@@ -1,15 +1,19 @@
 """Synthetic cell records shaped like real ones, for the report's tests and the aggregation
 benchmark: llama-benchy's JSON (a third party's format, spelled here), and gridbench's own
 files (natural result, provenance, failure record) built as the records a cell writes, so
-each format has one owner. Nothing in a sweep uses them.
+each format has one owner; and a trained draft's files, its heads mere bytes. Nothing in a
+sweep uses them.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from gridbench import layout
 from gridbench.cells.kinds.benchy import DepthCellPlan
 from gridbench.cells.kinds.natural import NaturalCellPlan
 from gridbench.cells.provenance import GpuInfo, HostInfo, Versions, redact_config
@@ -22,6 +26,8 @@ from gridbench.cells.records import (
 )
 from gridbench.cells.telemetry import absent
 from gridbench.config.grid import ServingConfig
+from gridbench.drafts.recipe import DraftPaths, read_recipe, recipe_record, write_prompts
+from gridbench.drafts.records import StepFacts
 from gridbench.engines.runtime import ImageInfo
 from gridbench.engines.spec_metrics import Acceptance, SpecCounters, acceptance
 from gridbench.harness.benchy import UNMEASURED, BenchyEntry, BenchyResult, Metric
@@ -317,3 +323,24 @@ def write_cell(
     """A cell's result and provenance files."""
     atomic_write_json(root / cell.files.raw, codec.to_json(raw))
     atomic_write_json(root / cell.files.provenance, codec.to_json(prov))
+
+
+def trained_draft(draft: str) -> DraftPaths:
+    """Every file a draft's steps write, as they write them, in the working directory (its recipe
+    file written there already); the heads are bytes."""
+    recipe = read_recipe(Path(layout.DRAFT_RECIPE_FILE.format(draft=draft)))
+    paths = DraftPaths.of(recipe)
+    if "prompts" in paths.own_steps:
+        atomic_write_json(paths.step("prompts"), codec.to_json(write_prompts(recipe, paths)))
+        paths.answers.write_text('{"answer": "a"}\n')
+        for step in ("answers", "dataset", "hidden-states"):
+            atomic_write_json(paths.step(step), codec.to_json(StepFacts(step=step, wall_s=1.0)))
+    for folder, content in ((paths.head, b"trained"), (paths.untrained_head, b"untrained")):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps({"draft": draft}))
+        (folder / "model.safetensors").write_bytes(content + os.urandom(64))
+    metrics = {"epoch": 0, "global_step": 0, "train": {"loss": 9.0, "full_acc_0": 0.1}}
+    paths.train_metrics.write_text(json.dumps(metrics) + "\n")
+    atomic_write_json(paths.step("train"), codec.to_json(StepFacts(step="train", wall_s=2.0, epochs=1)))
+    atomic_write_json(paths.record, codec.to_json(recipe_record(recipe, paths)))
+    return paths

@@ -15,8 +15,14 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from gridbench import layout
+from gridbench.config.loading import load_grid_files
+from gridbench.drafts.carry import export_draft
+from gridbench.drafts.recipe import read_recipe, write_recipe_files
+from synthetic import trained_draft
 
 # what a developer may have set for a real run
+DRAFT = "smollm2_eagle3_ci"
 REAL_RUN_SETTINGS = ("RESULTS_FROM", "WHILE_BUILDING", "STUDY_CONFIG", "STUDY", "BUDGET_S")
 FAKE_SNAKEMAKE = """#!/usr/bin/env bash
 # a sweep that leaves a dataset of one cell with status $CELL_STATUS
@@ -217,3 +223,41 @@ def test_a_study_without_a_llama_cpp_engine_builds_none(tree, fake_bin, tmp_path
     assert "no llama.cpp engine in the study: none built" in result.stdout
     assert "no llama.cpp build runs here" not in result.stdout
     assert "llama_cpp" not in last_line(result), last_line(result)
+
+
+def test_a_carried_draft_is_imported_after_its_target_is_built_and_before_the_sweep(tree, fake_bin, tmp_path):
+    """A draft an earlier loan exported, in the carry folder as split's pieces: the workflow
+    builds its target (Snakemake given the target's files), then the draft is unpacked where
+    the sweep finds it trained."""
+    calls = tmp_path / "snakemake-calls"
+    executable(fake_bin / "snakemake", FAKE_SNAKEMAKE.replace("mkdir -p", f'echo "$*" >> {calls}\nmkdir -p'))
+    (tree / "config/studies").mkdir(parents=True)
+    shutil.copy(REPO / "config/studies/h100-speculation.yaml", tree / "config/studies")
+    loan = tmp_path / "loan"
+    (loan / "carry").mkdir(parents=True)
+    cwd = Path.cwd()
+    os.chdir(tree)
+    try:
+        write_recipe_files(load_grid_files([REPO / "config/ci-drafts.yaml"]))
+        targets = load_grid_files([REPO / "config/ci-drafts.yaml"]).drafts[DRAFT].files
+        for name in targets:
+            Path(name).parent.mkdir(parents=True, exist_ok=True)
+            Path(name).write_text(name)
+        paths = trained_draft(DRAFT)
+        export_draft(read_recipe(Path(layout.DRAFT_RECIPE_FILE.format(draft=DRAFT))), tmp_path / "d.tar.gz")
+        shutil.rmtree(paths.folder)
+    finally:
+        os.chdir(cwd)
+    data = (tmp_path / "d.tar.gz").read_bytes()
+    half = len(data) // 2
+    (loan / f"carry/draft-{DRAFT}.tar.gz.part-00").write_bytes(data[:half])
+    (loan / f"carry/draft-{DRAFT}.tar.gz.part-01").write_bytes(data[half:])
+
+    result, _ = run_study(tree, fake_bin, loan, STUDY="h100-speculation", CELL_STATUS="ok")
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert f"draft {DRAFT}: 13 files carried in" in result.stdout
+    assert (tree / paths.head / "model.safetensors").exists()
+    build, sweep = calls.read_text().splitlines()
+    assert build.split()[:4] == ["-j1", "--quiet", "rules", targets[0]] and sweep.startswith(
+        "-j1 --scheduler"
+    )

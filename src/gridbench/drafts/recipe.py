@@ -65,6 +65,10 @@ class DraftPaths:
         return Path(pattern.format(draft=self.data_draft, **more))
 
     @property
+    def folder(self) -> Path:
+        return self._fill(layout.DRAFT_DIR)
+
+    @property
     def prompts(self) -> Path:
         return self._data(layout.DRAFT_PROMPTS)
 
@@ -258,6 +262,12 @@ def run_step(recipe: DraftRecipe, paths: DraftPaths, step: str) -> StepFacts:
         raise ConfigError(
             f"draft {paths.draft} trains on {paths.data_draft}'s data: it has no {step} step of its own",
             hint=f"run draft {paths.data_draft}'s {step} step instead (the workflow does)",
+        )
+    if step == "train" and not (paths.prepared / "hidden_states").is_dir():
+        raise DraftStepError(
+            f"draft {paths.draft}: the hidden states of {paths.data_draft} are not in {paths.prepared},"
+            " though its records say they were made: it was carried in without them (gridbench draft import)",
+            hint=f"make them again: snakemake -j1 --forcerun draft_dataset ({paths.data_draft} retrains too)",
         )
     if step == "dataset":  # a fresh dataset: the hidden states below it belong to the old one
         shutil.rmtree(paths.prepared, ignore_errors=True)
