@@ -177,6 +177,9 @@ def test_the_gpu_studys_block_drafts_train_on_the_eagle3_drafts_data():
         ("smollm2_eagle3", "smollm2_dflash", "smollm2_dspark"), "smollm2_eagle3"
     )
     assert [grid.drafts[d].method for d in ("smollm2_dflash", "smollm2_dspark")] == ["dflash", "dspark"]
+    # vLLM 0.26 loads a DSpark head only with as many layers as target layers it reads (3);
+    # DFlash keeps speculators' default
+    assert [grid.drafts[d].draft_layers for d in ("smollm2_dflash", "smollm2_dspark")] == [None, 3]
     # speculators' default block of 16 (block_size null)
     served_k = [grid.configs[c].speculation.num_speculative_tokens for c in ("R_dfl_k15", "R_dsp_k16")]
     assert served_k == [15, 16]
