@@ -122,6 +122,7 @@ def test_a_damaged_head_in_the_archive_is_refused(trained, tmp_path):
     with pytest.raises(DraftStepError, match=f"archive's {head} is not the file its RECIPE.json names"):
         import_draft([damaged])
     assert not any(path.exists() for path in originals)
+    assert not (head.parents[2] / f".{DRAFT}.carried").exists(), "the staged files were left"
 
 
 def test_a_draft_trained_here_is_not_overwritten_by_a_carried_one(trained):

@@ -109,9 +109,13 @@ def _member(tar: tarfile.TarFile, name: str) -> bytes:
     return extracted.read()
 
 
+def _manifest(tar: tarfile.TarFile) -> CarryManifest:
+    return codec.from_json(CarryManifest, json.loads(_member(tar, MANIFEST)))
+
+
 def read_manifest(parts: Sequence[Path]) -> CarryManifest:
     with _opened(parts) as tar:
-        return codec.from_json(CarryManifest, json.loads(_member(tar, MANIFEST)))
+        return _manifest(tar)
 
 
 def _refuse_another_recipe(carried: DraftRecipe, wanted: DraftRecipe) -> None:
@@ -148,7 +152,7 @@ def import_draft(parts: Sequence[Path]) -> str:
     after those it was made from (and after the target's), so that no step runs again. Returns
     what was done, for the log."""
     with _opened(parts) as tar:
-        manifest = codec.from_json(CarryManifest, json.loads(_member(tar, MANIFEST)))
+        manifest = _manifest(tar)
         recipe = read_recipe(Path(layout.DRAFT_RECIPE_FILE.format(draft=manifest.draft)))
         paths = DraftPaths.of(recipe)
         expected = tuple(str(path) for path in carried_files(paths))
@@ -158,11 +162,12 @@ def import_draft(parts: Sequence[Path]) -> str:
                 f" ({', '.join(manifest.members)})",
                 hint="export the draft again with this gridbench",
             )
-        record = codec.from_json(RecipeRecord, json.loads(_member(tar, str(paths.record))))
+        record_text = _member(tar, str(paths.record))
+        record = codec.from_json(RecipeRecord, json.loads(record_text))
         _refuse_another_recipe(record.recipe, recipe)
         _refuse_another_target(manifest)
         if paths.record.exists():
-            if sha256_of(paths.record) == _sha256(_member(tar, str(paths.record))):
+            if sha256_of(paths.record) == _sha256(record_text):
                 return f"draft {recipe.name}: already here"
             raise DraftStepError(
                 f"draft {recipe.name} has a record of its own here ({paths.record}): not overwritten",
@@ -170,7 +175,11 @@ def import_draft(parts: Sequence[Path]) -> str:
             )
         staging = paths.folder.with_name(f".{recipe.name}.carried")
         shutil.rmtree(staging, ignore_errors=True)
-        _stage(tar, manifest.members, staging, _carried_sha256(record, paths))
+        try:
+            _stage(tar, manifest.members, staging, _carried_sha256(record, paths))
+        except BaseException:  # a refused archive leaves nothing behind, staged files neither
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     _move_in_order(staging, manifest.members)
     return (
         f"draft {recipe.name}: {len(manifest.members)} files carried in, trained on {record.steps[-1].device}"
