@@ -69,8 +69,9 @@ def _notes(ledger: GpuLedger) -> list[str]:
     rest = _without_failed_starts(ledger.totals)
     if rest is not None:
         notes.append(
-            f"Without the {_count(ledger.failed_starts, 'failed start')} (a set-up fault, not what the study "
-            f"costs once it runs), measurement is {pct(rest)} of the held time."
+            f"Without the {_count(ledger.failed_starts, 'failed start')} (a set-up fault, or a start that "
+            f"the sweep's stop cut short: not what the study costs once it runs), measurement is {pct(rest)} "
+            "of the held time."
         )
     if ledger.open_engines:
         notes.append(
