@@ -204,6 +204,7 @@ def test_every_committed_study_is_checked_for_its_energy_columns():
         *BEFORE_THE_SAMPLER,
         "h100-real",
         "h100-sustained-load",
+        "h200-speculation",
     }
 
 
@@ -230,21 +231,26 @@ def test_a_committed_study_has_empty_energy_columns_that_say_why(study):
         assert ok[[c for c in VALUES if c in ok.columns]].isna().all().all()
 
 
-def test_the_h100_study_has_the_gpus_energy_for_every_measured_cell():
-    """studies/h100-real, measured with the sampler on an H100: every measured cell has the
-    energy counter's joules; on a steady cell (3 s or more) the sampled power's integral agrees
-    with it within a few percent, and over the study within 5 % at the median; and its joules
-    per output token and tokens per kWh are one another's inverse. A burst of about 1 s (a
-    natural level at c = 16) integrates to 0.83-1.03 of the counter: NVML's power reading is
-    likely an average over its own last interval, which trails a burst's ramp."""
-    study = REPO / "studies/h100-real"
+@pytest.mark.parametrize(
+    ("study_name", "gpu", "steady_cells"),
+    [("h100-real", "NVIDIA H100 80GB HBM3", 8), ("h200-speculation", "NVIDIA H200", 6)],
+)
+def test_a_gpu_study_has_the_gpus_energy_for_every_measured_cell(study_name, gpu, steady_cells):
+    """studies/h100-real (an H100) and studies/h200-speculation (an H200), measured with the
+    sampler: every measured cell has the energy counter's joules; on a steady cell (3 s or
+    more) the sampled power's integral agrees with it within a few percent, and over the study
+    within 5 % at the median; and its joules per output token and tokens per kWh are one
+    another's inverse. A burst of about 1 s (a natural level at c = 16) integrates to 0.83-1.03
+    of the counter: NVML's power reading is likely an average over its own last interval, which
+    trails a burst's ramp."""
+    study = REPO / "studies" / study_name
     for name in ("dataset.csv", "natural.csv"):
         ok = pd.read_csv(study / "dataset" / name).query("status == 'ok'")
         assert len(ok) >= 8 and ok["telemetry_note"].isna().all()
-        assert (ok["energy_source"] == "counter").all() and (ok["gpu"] == "NVIDIA H100 80GB HBM3").all()
+        assert (ok["energy_source"] == "counter").all() and (ok["gpu"] == gpu).all()
         ratio = ok["energy_j_integrated"] / ok["energy_j"]
         steady = ratio[ok["telemetry_window_s"] >= 3]
-        assert len(steady) >= 8 and steady.between(0.9, 1.1).all(), steady
+        assert len(steady) >= steady_cells and steady.between(0.9, 1.1).all(), steady
         assert ratio.median() == pytest.approx(1, abs=0.05) and ratio.between(0.8, 1.1).all(), ratio
         kwh = ok["joules_per_output_token"] * ok["output_tokens_per_kwh"]
         assert kwh.to_numpy() == pytest.approx(3.6e6, rel=1e-3)
