@@ -26,7 +26,8 @@
 #                        "--config config=V_bf16_none,V_bf16_self4"); unset, the build
 #                        comes first
 #          BUDGET_S      seconds this script may take in all (570); the sweep is stopped
-#                        PACK_S (40) before that
+#                        PACK_S (40) before that, and begins no engine start that would not
+#                        be ready by then (GRIDBENCH_DEADLINE, gridbench.engines.deadline)
 #          CAPACITY_SEARCH  1: after the sweep, `gridbench load-search` bisects each config's
 #                        capacity under the study's SLO (its probes are load cells, each
 #                        an engine lease of its own), then the sweep renders them
@@ -237,8 +238,9 @@ sweep() {
         return 1
     fi
     echo "the sweep may take $left s"
-    # SIGINT lets Snakemake stop its jobs and run its onerror handler (engines stopped)
-    timeout --signal=INT --kill-after=20 "$left" \
+    # SIGINT lets Snakemake stop its jobs and run its onerror handler (engines stopped); an
+    # engine start that would not be ready by then is not begun (gridbench.engines.deadline)
+    GRIDBENCH_DEADLINE=$(($(date +%s) + left)) timeout --signal=INT --kill-after=20 "$left" \
         snakemake -j1 --scheduler greedy --configfile "${configs[@]}" "$@"
 }
 
@@ -252,7 +254,8 @@ capacity_search() {
     fi
     for config in "${configs[@]}"; do files+=(--configfile "$config"); done
     echo "the capacity search may take $left s"
-    timeout --signal=INT --kill-after=20 "$left" gridbench load-search "${files[@]}" "$@"
+    GRIDBENCH_DEADLINE=$(($(date +%s) + left)) timeout --signal=INT --kill-after=20 "$left" \
+        gridbench load-search "${files[@]}" "$@"
 }
 
 # where this run's dataset and report are: partial/dataset, where a failed sweep leaves them

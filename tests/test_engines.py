@@ -13,7 +13,13 @@ from conftest import REPO, free_port, load_yaml
 from gridbench.config.grid import Grid
 from gridbench.config.loading import load_grid
 from gridbench.engines.manager import SlotManager
-from gridbench.errors import EngineStartError, EngineTimeoutError, ImageNotFoundError, PortInUseError
+from gridbench.errors import (
+    EngineDeadlineError,
+    EngineStartError,
+    EngineTimeoutError,
+    ImageNotFoundError,
+    PortInUseError,
+)
 
 pytestmark = pytest.mark.integration
 CPU_IMAGE = "local/gridbench-llamacpp-cpu:latest"
@@ -58,6 +64,26 @@ def test_start_reuse_switch_and_stop(workdir, runtime):
         assert not manager.is_alive(first)  # one engine per slot
     assert manager.stop_all() == ["D_q8_0_draft4"]
     assert not manager.is_alive(other)
+    events = [json.loads(line) for line in (workdir / "logs/engines/events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events] == ["start", "ready", "reuse", "stop", "start", "ready", "stop"]
+
+
+def test_a_start_the_sweeps_deadline_would_cut_short_is_not_begun(workdir, monkeypatch):
+    grid = grid_for("process")
+    manager = SlotManager(["cpu"])
+    with manager.lease(grid.configs["D_f16_n0"]):  # no deadline: it starts, its start timed
+        pass
+    monkeypatch.setenv("GRIDBENCH_DEADLINE", str(time.time()))  # no time left
+    with manager.lease(grid.configs["D_f16_n0"]) as warm:  # a warm engine serves on regardless
+        assert warm.reused
+    with pytest.raises(EngineDeadlineError, match=r"D_q8_0_draft4: its engine was not started: 0 s are left"):
+        with manager.lease(grid.configs["D_q8_0_draft4"]):
+            pass
+    assert manager.status() == []  # the other config's engine stopped, none started in its place
+    monkeypatch.setenv("GRIDBENCH_DEADLINE", str(time.time() + 600))
+    with manager.lease(grid.configs["D_q8_0_draft4"]) as other:
+        assert models(other) == ["demo-q8_0"]
+    manager.stop_all()
     events = [json.loads(line) for line in (workdir / "logs/engines/events.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events] == ["start", "ready", "reuse", "stop", "start", "ready", "stop"]
 

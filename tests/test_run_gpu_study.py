@@ -25,8 +25,9 @@ from synthetic import trained_draft
 DRAFT = "smollm2_eagle3_ci"
 REAL_RUN_SETTINGS = ("RESULTS_FROM", "WHILE_BUILDING", "STUDY_CONFIG", "STUDY", "BUDGET_S")
 FAKE_SNAKEMAKE = """#!/usr/bin/env bash
-# a sweep that leaves a dataset of one cell with status $CELL_STATUS
+# a sweep that leaves a dataset of one cell with status $CELL_STATUS, and the deadline it got
 [ "${1:-}" = --version ] && echo 9.27.1 && exit 0
+echo "$(date +%s) ${GRIDBENCH_DEADLINE:-}" > sweep-deadline
 mkdir -p dataset
 printf 'config,context_tokens,status\\nF16_none,512,%s\\n' "$CELL_STATUS" > dataset/dataset.csv
 """
@@ -116,6 +117,18 @@ def test_a_run_without_an_ok_cell_fails(tree, fake_bin, tmp_path, cell_status, r
     assert result.returncode == returncode, result.stdout[-3000:]
     assert re.fullmatch(verdict, last_line(result)), last_line(result)
     assert (out / "dataset.csv").exists()
+
+
+def test_the_sweep_gets_the_deadline_its_budget_sets(tree, fake_bin, tmp_path):
+    """Engine starts that would not be ready by the end of the sweep's time are not begun
+    (gridbench.engines.deadline): the sweep is told when that is."""
+    executable(fake_bin / "snakemake", FAKE_SNAKEMAKE)
+    executable(tree / "resources/llamacpp-cuda/bin/llama-server", FAKE_LLAMA_SERVER)
+    (tree / "resources/llamacpp-cuda/bin/.carried").write_text("carried\n")
+    result, _ = run_study(tree, fake_bin, tmp_path, CELL_STATUS="ok", BUDGET_S="300", PACK_S="40")
+    assert result.returncode == 0, result.stdout[-3000:]
+    now, deadline = map(int, (tree / "sweep-deadline").read_text().split())
+    assert 200 <= deadline - now <= 260  # 300 s less packing, less the steps before the sweep
 
 
 FAILED_SWEEP = """#!/usr/bin/env bash

@@ -55,6 +55,10 @@ class EngineDiedError(EngineError):
     """The engine stopped while a cell was measuring."""
 
 
+class EngineDeadlineError(EngineError):
+    """The sweep's deadline comes before the engine would be ready: it was not started."""
+
+
 class PortInUseError(EngineError):
     """The engine's port is taken by something gridbench did not start."""
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gridbench.config.grid import ServingConfig
-from gridbench.engines import compile_cache, probe, watchdog
+from gridbench.engines import compile_cache, deadline, probe, watchdog
 from gridbench.engines.allocation import ProcessIdentity, process_identity
 from gridbench.engines.commands import LaunchPlan, launch_plan
 from gridbench.engines.events import EngineEvent, log_event, now_iso
@@ -124,7 +124,9 @@ def start_engine(
     ``fresh``: its cell asked for an engine that has served nothing (the start event says so).
 
     Returns its record, as written in each of its slots. An engine that does not get ready
-    is stopped: a half-started engine never holds the GPU."""
+    is stopped: a half-started engine never holds the GPU; one that the sweep's deadline
+    would cut short is not started (engines/deadline.py)."""
+    deadline.refuse_late_start(cfg.name, fingerprint)
     slot = slots[0]
     runtime = runtime_for(cfg.engine.runtime)
     image = runtime.image_info(cfg)
