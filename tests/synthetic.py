@@ -233,6 +233,10 @@ def natural_raw(
     ``errored`` requests failed."""
     ttft_p50, ttft_p95 = ttft_ms
     tpot_p50, tpot_p95 = tpot_ms
+    # a chunk per engine step, as vLLM streams: the drafts a request's steps accepted (its share
+    # of the counters') arrive with the step's own token
+    accepted = round(spec.delta_accepted_tokens / (requests - errored)) if spec and requests > errored else 0
+    steps = max(output_tokens - 1 - accepted, 0)
     records = []
     for i in range(requests):
         failed = i >= requests - errored
@@ -253,7 +257,7 @@ def natural_raw(
                 tpot_ms=None if failed else tpot,
                 output_tokens=None if failed else output_tokens,
                 tokens_per_s=None if failed else output_tokens / e2e * 1000,
-                itl_ms=() if failed else (tpot,) * 4,
+                itl_ms=() if failed else (tpot,) * steps,
                 # an answer shorter than max_tokens ended on the model's EOS
                 finish_reason=None if failed else ("length" if output_tokens >= MAX_TOKENS else "stop"),
             )

@@ -176,4 +176,6 @@ def test_the_report_shows_the_cross_check_under_the_acceptance(monkeypatch):
     cross_check = report.index("### Cross-check against vLLM's log")
     assert acceptance < cross_check < report.index("\n## ", acceptance)
     assert "2 of 2 configs' counters agree with it within 0.02" in report
-    assert "### Cross-check" not in render_report(grid, dataset, natural)  # no logs given
+    without_logs = render_report(grid, dataset, natural)
+    assert "### Cross-check against vLLM's log" not in without_logs  # no logs given
+    assert "### Cross-check against the stream" in without_logs  # the stream is the cells' own

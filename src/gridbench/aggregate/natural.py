@@ -131,6 +131,27 @@ class Endings:
 
 
 @dataclass(frozen=True)
+class Stream:
+    """What the client's stream shows of the engine's steps, over the ok requests: their output
+    tokens after the first, and their text chunks after the first (the first of each is the
+    prefill's). Where a chunk is one engine step (EngineKind.streams_a_step_per_chunk), tokens
+    less chunks are the drafted tokens the steps accepted (aggregate/stream_steps.py)."""
+
+    stream_tokens: int | None = None
+    stream_steps: int | None = None
+
+    @classmethod
+    def of(cls, requests: Sequence[RequestRecord]) -> Stream:
+        counted = [r for r in requests if r.status == "ok" and r.output_tokens is not None]
+        if not counted:
+            return cls()
+        return cls(
+            sum(max(r.output_tokens - 1, 0) for r in counted if r.output_tokens),
+            sum(len(r.itl_ms) for r in counted),
+        )
+
+
+@dataclass(frozen=True)
 class NaturalRow:
     """One row of the natural-prompt dataset; a column group that does not apply is None."""
 
@@ -141,6 +162,7 @@ class NaturalRow:
     warnings: Warnings | None = None
     settings: Settings | None = None
     endings: Endings | None = None
+    stream: Stream | None = None
     acceptance: AcceptanceColumns | None = None
     provenance: Provenance | None = None
     energy: EnergyColumns | None = None
@@ -159,6 +181,8 @@ INTEGERS = [
     "output_tokens_p50",
     "max_tokens",
     "ended_on_eos",
+    "stream_tokens",
+    "stream_steps",
     "gpu_count",
     "exit_code",
     *dataset.ENERGY_INTEGERS,
@@ -206,6 +230,7 @@ def measured_row(
         Warnings("; ".join(warnings) if warnings else None),
         Settings(output.settings.max_tokens, output.settings.temperature),
         Endings.of(output.requests),
+        Stream.of(output.requests),
         # the raw file carries the harness's own acceptance window; provenance the engine's
         acceptance=(AcceptanceColumns.from_record(output.spec_decode) or result.provenance.acceptance)
         or AcceptanceColumns(),

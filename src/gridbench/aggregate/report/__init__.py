@@ -40,7 +40,7 @@ from gridbench.aggregate.report.natural import (
 from gridbench.aggregate.report.phenomena import phenomena_section
 from gridbench.aggregate.report.quality import quality_section
 from gridbench.aggregate.report.sessions import sessions_section
-from gridbench.aggregate.report.spec_log import spec_log_section
+from gridbench.aggregate.report.spec_log import cross_checks
 from gridbench.aggregate.report.study import configs_table, environment, method
 from gridbench.aggregate.report.summary import checks_section, verdict
 from gridbench.aggregate.spec_log import EngineRun
@@ -87,7 +87,7 @@ def render_report(
         "## Energy and cost\n\n" + energy_section(dataset, natural, study),
         "## Roofline realisation\n\n" + roofline_section(dataset, study),
         "## Speculative decoding acceptance\n\n" + acceptance_section(dataset),
-        spec_log_section(engine_runs, dataset, natural),
+        cross_checks(engine_runs, dataset, natural),
     ]
     if grid.prefix_cache_pass:
         sections.append("## Prefix cache: TTFT cold vs cached context\n\n" + cached_section(dataset))

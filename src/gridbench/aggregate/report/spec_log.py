@@ -1,4 +1,5 @@
-"""The report's cross-check of the counters' acceptance against vLLM's own log lines."""
+"""The report's cross-checks of the counters' acceptance: against vLLM's own log lines, and
+cell by cell against the tokens per step the client's stream shows."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pandas as pd
 
 from gridbench.aggregate.report.markdown import code, table
 from gridbench.aggregate.spec_log import TOLERANCE, EngineRun, SpecLogComparison, cell_counters, compare
+from gridbench.aggregate.stream_steps import StreamCheck, stream_checks
 from gridbench.aggregate.text import DASH
 
 METHOD = (
@@ -68,3 +70,59 @@ def spec_log_section(runs: Sequence[EngineRun], dataset: pd.DataFrame, natural: 
     body = table(header, [_row(c) for c in comparisons])
     notes = [METHOD] if agreeing == len(comparisons) else [METHOD, DIFFERS]
     return "\n\n".join(["### Cross-check against vLLM's log", lead, body, *notes])
+
+
+STREAM_METHOD = (
+    "Accepted tokens from the stream: a cell's ok requests' output tokens after the first, less "
+    "their text chunks after the first (the first is the prefill's), where the engine sends each "
+    "step's tokens as one chunk: each later chunk is a target token and the drafts its step "
+    "accepted. The counters' are the engine's own over the cell's window. They part only at a "
+    "request's last step, where the counters also count drafted tokens accepted past the EOS or "
+    "max_tokens that ended it and the EOS token streams no text: a cell agrees within k tokens "
+    "a request."
+)
+
+
+def _stream_row(config: str, checks: list[StreamCheck]) -> tuple[str, ...]:
+    largest = max(checks, key=lambda c: abs(c.difference))
+    return (
+        code(config),
+        str(len(checks)),
+        str(sum(c.counters for c in checks)),
+        str(sum(c.stream for c in checks)),
+        f"{largest.difference:+d} of ±{largest.bound} ({largest.prompt_class} c={largest.concurrency})",
+        f"{sum(c.agrees for c in checks)} of {len(checks)}",
+    )
+
+
+def stream_section(natural: pd.DataFrame | None) -> str:
+    """Per speculative config, its natural cells' accepted tokens by the counters and by the
+    stream; nothing where no such cell was measured on an engine whose chunks are steps."""
+    checks = stream_checks(natural)
+    if not checks:
+        return ""
+    by_config: dict[str, list[StreamCheck]] = {}
+    for check in checks:
+        by_config.setdefault(check.config, []).append(check)
+    lead = (
+        "The client's stream counts the drafted tokens each step accepted: in "
+        f"{sum(c.agrees for c in checks)} of {len(checks)} speculative natural cells it agrees "
+        "with the counters within what the requests' last steps allow."
+    )
+    header = (
+        "config",
+        "cells",
+        "accepted: counters",
+        "accepted: stream",
+        "largest difference, of its bound",
+        "cells within",
+    )
+    body = table(header, [_stream_row(config, group) for config, group in by_config.items()])
+    return "\n\n".join(["### Cross-check against the stream", lead, body, STREAM_METHOD])
+
+
+def cross_checks(runs: Sequence[EngineRun], dataset: pd.DataFrame, natural: pd.DataFrame | None) -> str:
+    """Both cross-checks of the counters' acceptance, those that have cells to check."""
+    return "\n\n".join(
+        part for part in (spec_log_section(runs, dataset, natural), stream_section(natural)) if part
+    )

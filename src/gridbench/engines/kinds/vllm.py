@@ -62,6 +62,8 @@ class VLLM(EngineKind):
     )
     compile_cache_hit_line = r"Directly load the compiled graph|Directly load AOT compilation"
     distribution = "vllm"
+    # the output processor sends one delta per step (stream_interval 1), drafted tokens with it
+    streams_a_step_per_chunk = True
     # the OpenAI usage block's cached_tokens, which vLLM fills in only when served with
     # --enable-prompt-tokens-details (otherwise prompt_tokens_details is null)
     cached_prompt_tokens_key = "usage.prompt_tokens_details.cached_tokens"
