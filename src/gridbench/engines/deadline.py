@@ -20,12 +20,12 @@ DEADLINE_VARIABLE = "GRIDBENCH_DEADLINE"
 def expected_start_s(events: Sequence[EngineEvent], fingerprint: str) -> tuple[float, str] | None:
     """How long a start of ``fingerprint`` is expected to take, and from what (pure): its own
     last start, else the slowest start in the events; None where no start got ready yet."""
-    ready = [e for e in events if e.event == "ready" and e.ready_s is not None]
-    own = [e.ready_s for e in ready if e.fingerprint == fingerprint and e.ready_s is not None]
+    ready = [(e.fingerprint, e.ready_s) for e in events if e.event == "ready" and e.ready_s is not None]
+    own = [seconds for started, seconds in ready if started == fingerprint]
     if own:
         return own[-1], "its last start"
     if ready:
-        return max(e.ready_s for e in ready if e.ready_s is not None), "the slowest start so far"
+        return max(seconds for _, seconds in ready), "the slowest start so far"
     return None
 
 

@@ -1,5 +1,5 @@
 """The report's cross-checks of the counters' acceptance: against vLLM's own log lines, and
-cell by cell against the tokens per step the client's stream shows."""
+cell by cell against the accepted tokens the client's stream shows."""
 
 from __future__ import annotations
 

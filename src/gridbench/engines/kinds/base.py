@@ -56,8 +56,8 @@ class EngineKind(ABC):
     compile_cache_miss_line: str | None = None
     compile_cache_hit_line: str | None = None
     # a streamed response's text chunk carries every token one engine step made: with
-    # speculation, tokens per chunk (after the first, the prefill's) are tokens per verification
-    # step, the mean acceptance length as the client sees it (aggregate/stream_steps.py)
+    # speculation, a request's tokens less its chunks (after the first, the prefill's) are the
+    # drafted tokens its steps accepted, as the client sees them (aggregate/stream_steps.py)
     streams_a_step_per_chunk: bool = False
     # the Python distribution a local process runs (its command a script of that Python): its
     # installed version names the process's build in the compile cache's key
