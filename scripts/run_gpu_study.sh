@@ -220,8 +220,9 @@ carried_drafts() {
     for archive in $(compgen -G "$carry/draft-*.tar.gz*" | sed -E 's/\.part-[0-9]+$//' | sort -u); do
         read -ra parts <<< "$(compgen -G "$archive" || compgen -G "$archive.part-*" | sort | xargs)"
         targets=$(gridbench draft import --targets "${parts[@]}") || return 1
+        # targets first: --quiet and --configfile take every word after them (Snakemake 9)
         # shellcheck disable=SC2086 # the target's paths, one a line
-        snakemake -j1 --quiet rules $targets --configfile "${configs[@]}" || return 1
+        snakemake -j1 $targets --quiet rules --configfile "${configs[@]}" || return 1
         gridbench draft import "${parts[@]}" || return 1
     done
 }

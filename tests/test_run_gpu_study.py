@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from snakemake.cli import get_argument_parser
 
 from conftest import REPO
 from gridbench import layout
@@ -271,6 +272,7 @@ def test_a_carried_draft_is_imported_after_its_target_is_built_and_before_the_sw
     assert f"draft {DRAFT}: 13 files carried in" in result.stdout
     assert (tree / paths.head / "model.safetensors").exists()
     build, sweep = calls.read_text().splitlines()
-    assert build.split()[:4] == ["-j1", "--quiet", "rules", targets[0]] and sweep.startswith(
-        "-j1 --scheduler"
-    )
+    # Snakemake's own parser: --quiet and --configfile take every word after them
+    parsed = get_argument_parser().parse_args(build.split())
+    assert [str(t) for t in parsed.targets] == list(targets) and parsed.configfile, build
+    assert sweep.startswith("-j1 --scheduler")
