@@ -204,6 +204,7 @@ def test_every_committed_study_is_checked_for_its_energy_columns():
         *BEFORE_THE_SAMPLER,
         "h100-real",
         "h100-sustained-load",
+        "h100-speculation",
         "h200-speculation",
     }
 
@@ -233,11 +234,15 @@ def test_a_committed_study_has_empty_energy_columns_that_say_why(study):
 
 @pytest.mark.parametrize(
     ("study_name", "gpu", "steady_cells"),
-    [("h100-real", "NVIDIA H100 80GB HBM3", 8), ("h200-speculation", "NVIDIA H200", 6)],
+    [
+        ("h100-real", "NVIDIA H100 80GB HBM3", 8),
+        ("h200-speculation", "NVIDIA H200", 6),
+        ("h100-speculation", "NVIDIA H100 80GB HBM3", 6),
+    ],
 )
 def test_a_gpu_study_has_the_gpus_energy_for_every_measured_cell(study_name, gpu, steady_cells):
-    """studies/h100-real (an H100) and studies/h200-speculation (an H200), measured with the
-    sampler: every measured cell has the energy counter's joules; on a steady cell (3 s or
+    """studies/h100-real, h100-speculation (H100s) and h200-speculation (an H200), measured
+    with the sampler: every measured cell has the energy counter's joules; on a steady cell (3 s or
     more) the sampled power's integral agrees with it within a few percent, and over the study
     within 5 % at the median; and its joules per output token and tokens per kWh are one
     another's inverse. A burst of about 1 s (a natural level at c = 16) integrates to 0.83-1.03

@@ -10,14 +10,14 @@ import pandas as pd
 import pytest
 
 import report_fixtures as rf
-from conftest import load_yaml
+from conftest import REPO, load_yaml
 from gridbench.aggregate import k_sweep
 from gridbench.aggregate.analysis import Measure
 from gridbench.aggregate.k_sweep import KChoice, KFamily
 from gridbench.aggregate.records import ConfigIdentity
 from gridbench.aggregate.report import render_report
 from gridbench.aggregate.report.k_sweep import k_sweep_section, k_sweep_verdict_lines
-from gridbench.config.loading import load_grid
+from gridbench.config.loading import load_grid, load_grid_json
 
 DRAFT = {"method": "dflash", "draft_model": "/models/DFlash"}
 # (prompt class, concurrency) -> output tok/s of k = 1, 4, 15 and the baseline; None: failed.
@@ -209,3 +209,18 @@ def test_without_a_family_there_is_no_section():
     same_grid, plan, results, failures = rf.same_weights()
     report = render_report(same_grid, rf.depth_frame(plan, results, failures))
     assert "Draft length" not in report
+
+
+def test_the_h100_studys_sweep_finds_a_short_k_faster_than_the_default_everywhere():
+    """studies/h100-speculation (the trained EAGLE-3 head at k = 1, 4 and 15 on an H100):
+    seed 000's finding that a short k beats the default k = 15, on real weights."""
+    study = REPO / "studies/h100-speculation"
+    dataset = pd.read_csv(study / "dataset/dataset.csv")
+    natural = pd.read_csv(study / "dataset/natural.csv")
+    (sweep,) = k_sweep.sweeps(load_grid_json(study / "grid.json"), dataset, natural)
+    assert sweep.family.ks == (1, 4, 15) and sweep.baseline == "R_none"
+    points = k_sweep.class_points(sweep)
+    assert len(points) == 12 and all(c.best_k in (1, 4) for _, c in points)
+    assert all(c.tok_s[c.best_k].mean > 1.1 * c.tok_s[15].mean for _, c in points)
+    summary = k_sweep.summarize(points)
+    assert (summary.k, summary.wins, dict(summary.others)) == (1, 8, {4: 4})

@@ -5,6 +5,7 @@ whose every speculative vLLM cell agrees."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from conftest import REPO
 from gridbench.aggregate.natural import Stream
@@ -60,9 +61,10 @@ def test_a_cell_agrees_within_k_tokens_a_request_and_only_where_chunks_are_steps
     assert stream_section(natural[natural["engine_kind"] == "llamacpp"]) == ""
 
 
-def test_the_h200_studys_stream_agrees_with_vllms_counters_in_every_speculative_cell():
-    natural = pd.read_csv(REPO / "studies/h200-speculation/dataset/natural.csv")
+@pytest.mark.parametrize(("study", "cells"), [("h200-speculation", 24), ("h100-speculation", 36)])
+def test_a_speculation_studys_stream_agrees_with_vllms_counters_in_every_speculative_cell(study, cells):
+    natural = pd.read_csv(REPO / f"studies/{study}/dataset/natural.csv")
     checks = stream_checks(natural)
-    assert len(checks) == 24 and all(c.agrees for c in checks), [c for c in checks if not c.agrees]
+    assert len(checks) == cells and all(c.agrees for c in checks), [c for c in checks if not c.agrees]
     trained = [c for c in checks if c.config == "R_e3_k4"]
     assert sum(c.stream for c in trained) > 18000  # the trained head's drafts, seen by the client too
