@@ -17,6 +17,10 @@ a client that is not installed is skipped with a line saying so.
     python benchmarks/harness_fidelity.py --quick          # smaller, for a smoke run
     python benchmarks/harness_fidelity.py --scale --save   # c = 256 and 1024 at ~100,000 tok/s, kept
                                                            # under benchmarks/results/
+    python benchmarks/harness_fidelity.py --clients harness --sampler-cpu-ms 0.35
+        # the harness again beside a stand-in for the NVML sampler (a thread that holds the
+        # GIL that long each --sampler-interval-s, the CPU a sample took on an H100:
+        # benchmarks/nvml_sampler.py); pynvml's ctypes calls release the GIL, so this bounds it
 
 Target: measured / true within 1 % for TTFT p50/p99, TPOT p50 and aggregate tok/s.
 """
@@ -35,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -240,6 +245,38 @@ def run_harness(server, scenario: Scenario, processes: int | str) -> tuple[Clien
     } | delivery(traces, server_log)
     note = f"{plan.processes} process{'es' if plan.processes > 1 else ''}"
     return ClientRun("harness", measured, truth(server_log), note), extra
+
+
+class SamplerStandIn:
+    """A thread that spins ``cpu_ms`` holding the GIL every ``interval_s``, as the cells' NVML
+    sampler would at its worst, while the harness measures in this process."""
+
+    def __init__(self, cpu_ms: float, interval_s: float) -> None:
+        self.cpu_s, self.interval_s = cpu_ms / 1000, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+
+    def _spin(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            until = time.thread_time() + self.cpu_s
+            while time.thread_time() < until:
+                pass
+
+    def __enter__(self) -> SamplerStandIn:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_harness_beside_sampler(server, scenario: Scenario, args) -> ClientRun:
+    with SamplerStandIn(args.sampler_cpu_ms, args.sampler_interval_s):
+        run, _ = run_harness(server, scenario, args.processes)
+    return replace(
+        run, client="harness+sampler", note=f"{run.note}, {args.sampler_cpu_ms} ms GIL held a sample"
+    )
 
 
 def _run(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> str | None:
@@ -521,6 +558,12 @@ def parse_args() -> argparse.Namespace:
         default=max(1, min(8, (os.cpu_count() or 2) // 2)),
         help="paced server processes sharing the port (default: half the CPUs, at most 8)",
     )
+    parser.add_argument(
+        "--sampler-cpu-ms",
+        type=float,
+        help="also run the harness beside a stand-in for the NVML sampler holding the GIL this long a sample",
+    )
+    parser.add_argument("--sampler-interval-s", type=float, default=0.1, help="the stand-in's interval")
     parser.add_argument("--vllm", help="the vllm executable (default: vllm on PATH)")
     parser.add_argument("--aiperf", help="the aiperf executable (default: aiperf on PATH)")
     parser.add_argument("--guidellm", help="the guidellm executable (default: guidellm on PATH)")
@@ -573,6 +616,8 @@ def main() -> None:
                 if "harness" in args.clients:
                     run, extra = run_harness(server, scenario, args.processes)
                     runs.append(run)
+                    if args.sampler_cpu_ms:
+                        runs.append(run_harness_beside_sampler(server, scenario, args))
                 for client in args.clients:
                     if client != "harness" and getattr(tools, client) is not None:
                         runs.append(PEERS[client][1](server, scenario, tools))
@@ -582,14 +627,15 @@ def main() -> None:
             )
     load = os.getloadavg()[0]
     out(f"\nload average {load:.1f} at the end (on a shared host other work competes for the CPUs)")
-    harness = [run for row in rows for run in row["clients"] if run["client"] == "harness"]
-    for keys, what in (
-        (("ttft_ms_p50", "tpot_ms_p50", "output_tok_s"), "TTFT p50, TPOT p50, tok/s"),
-        ([key for key, _, _ in METRICS], "and TTFT p99"),
-    ):
-        errors = [abs(error(run["measured"][key], run["true"][key])) for run in harness for key in keys]
-        if errors:
-            out(f"worst |measured/true - 1| of the harness ({what}): {max(errors) * 100:.2f} % (target 1 %)")
+    for client in ("harness", "harness+sampler"):
+        harness = [run for row in rows for run in row["clients"] if run["client"] == client]
+        for keys, what in (
+            (("ttft_ms_p50", "tpot_ms_p50", "output_tok_s"), "TTFT p50, TPOT p50, tok/s"),
+            ([key for key, _, _ in METRICS], "and TTFT p99"),
+        ):
+            errors = [abs(error(run["measured"][key], run["true"][key])) for run in harness for key in keys]
+            if errors:
+                out(f"worst |measured/true - 1| of {client} ({what}): {max(errors) * 100:.2f} % (target 1 %)")
     if args.save:
         save(out, host, started, args, rows)
 
