@@ -180,20 +180,43 @@ def test_the_gpu_studys_block_drafts_train_on_the_eagle3_drafts_data():
     # vLLM 0.26 loads a DSpark head only with as many layers as target layers it reads (3);
     # DFlash keeps speculators' default
     assert [grid.drafts[d].draft_layers for d in ("smollm2_dflash", "smollm2_dspark")] == [None, 3]
-    # speculators' default block of 16 (block_size null)
-    served_k = [grid.configs[c].speculation.num_speculative_tokens for c in ("R_dfl_k15", "R_dsp_k16")]
-    assert served_k == [15, 16]
-    argv = list(launch_plan(grid.configs["R_dsp_k16"], 9000).argv)
+    # speculators' default blocks (block_size null): DFlash's 16 less the bonus token, DSpark's 8
+    served_k = [grid.configs[c].speculation.num_speculative_tokens for c in ("R_dfl_k15", "R_dsp_k8")]
+    assert served_k == [15, 8]
+    argv = list(launch_plan(grid.configs["R_dsp_k8"], 9000).argv)
     assert json.loads(argv[argv.index("--speculative-config") + 1]) == {
         "method": "dspark",
         "model": "resources/drafts/smollm2_dspark/head",
-        "num_speculative_tokens": 16,
+        "num_speculative_tokens": 8,
     }
+    # what vLLM 0.26's DSpark start-up needed on an H100 (loan 7)
+    assert argv[argv.index("--max-num-seqs") + 1] == "256"
     assert list(load_grid_files(study[:1]).drafts) == ["smollm2_eagle3"]
     # a loan that gets an H200 names it, for the roofline and the report
     on_h200 = load_grid_files([study[0], STUDIES / "speculation-on-h200.yaml"])
     assert on_h200.study.hardware.memory_bandwidth_gb_s == 4800 and "H200" in on_h200.study.title
     assert on_h200.configs == load_grid_files(study[:1]).configs
+
+
+@pytest.mark.parametrize(
+    ("draft", "speculation", "change", "served"),
+    [
+        ("smollm2_dspark", "dsp_untrained_k8", {"num_speculative_tokens": 16}, 8),
+        ("smollm2_dflash", "dfl_k15", {"num_speculative_tokens": 16}, 15),
+        ("smollm2_dflash", "dfl_k15", {}, 7),  # the same k, a recipe trained on blocks of 8
+    ],
+)
+def test_a_block_head_served_at_another_k_than_its_blocks_is_refused(draft, speculation, change, served):
+    """A DSpark head drafts its whole block, a DFlash head its block less the bonus token: vLLM
+    serves either at any k (past the block, drafts the head never learnt), so the config refuses it."""
+    study = [STUDIES / "h100-speculation.yaml", STUDIES / "speculation-block-drafts.yaml"]
+    overrides = {"speculations": {speculation: change}}
+    if not change:
+        overrides = {"drafts": {draft: {"block_size": 8}}}
+    with pytest.raises(ConfigError, match=rf"draft {draft}'s \w+ head drafts {served} tokens a block") as err:
+        load_grid_files(study, overrides)
+    assert f"speculations.{speculation}.num_speculative_tokens" in str(err.value)
+    assert f"serve it at num_speculative_tokens: {served}" in err.value.hint
 
 
 @pytest.mark.workflow

@@ -133,7 +133,8 @@ class DraftRecipe:
     total_seq_len: int
     seed: int
     threads: int
-    # None: speculators' default for the method (EAGLE-3 1 layer; DFlash 5, blocks of 16, 512 anchors)
+    # None: speculators' default for the method (EAGLE-3 1 layer; DFlash 5, blocks of 16, 512
+    # anchors; DSpark 5, blocks of 8)
     draft_layers: int | None = None
     block_size: int | None = None
     max_anchors: int | None = None
@@ -143,6 +144,19 @@ class DraftRecipe:
     def data_draft(self) -> str:
         """The draft whose data steps this one's training reads: its own, or data_from's."""
         return self.data_from or self.name
+
+    @property
+    def block_tokens(self) -> int | None:
+        """The tokens a block drafter's head drafts a step, the k vLLM must serve it at: DFlash's
+        block begins with the bonus token, DSpark's drafts from it too (None: no block drafter)."""
+        if self.method not in SPECULATORS_BLOCK_SIZE:
+            return None
+        block = self.block_size or SPECULATORS_BLOCK_SIZE[self.method]
+        return block - 1 if self.method == "dflash" else block
+
+
+# speculators 0.9's block when a recipe leaves block_size unset (its TrainConfig defaults)
+SPECULATORS_BLOCK_SIZE = {"dflash": 16, "dspark": 8}
 
 
 # what a draft's data steps (prompts, answers, dataset, hidden states) depend on: a draft that

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from gridbench import layout
 from gridbench.cells.provenance import SECRET_NAME
 from gridbench.config.grid import (
     DRAFT_DATA_SETTINGS,
@@ -176,6 +177,7 @@ def resolve_grid(sections: ConfigSections, source: str) -> Grid:
         )
     _check_load(sections.load, source)
     _check_draft_data(sections.drafts, source)
+    _check_block_draft_k(sections.drafts, configs, source)
     allowed: dict[FilterKey, list[str]] = {
         "config": list(configs),
         "engine": list(dict.fromkeys(c.engine.name for c in configs.values())),
@@ -303,6 +305,30 @@ def _check_draft_data(drafts: Mapping[str, DraftRecipe], source: str) -> None:
                 f"differ from {owner.name}'s",
                 hint=f"give both drafts the same {settings}, or drop data_from to build its own data",
             )
+
+
+def _check_block_draft_k(
+    drafts: Mapping[str, DraftRecipe], configs: Mapping[str, ServingConfig], source: str
+) -> None:
+    """A trained block drafter's head is served at its block's k: vLLM takes any k and then
+    drafts past the block the head was trained for, or fails inside the engine."""
+    heads = {
+        folder.format(draft=name): recipe
+        for name, recipe in drafts.items()
+        for folder in (layout.DRAFT_HEAD, layout.DRAFT_UNTRAINED_HEAD)
+    }
+    for name, config in configs.items():
+        spec = config.speculation
+        recipe = heads.get(spec.draft_model or "")
+        if recipe is None or recipe.block_tokens in (None, spec.num_speculative_tokens):
+            continue
+        raise ConfigError(
+            f"{source}: key speculations.{spec.name}.num_speculative_tokens (used by configs.{name}): "
+            f"{spec.num_speculative_tokens}, but draft {recipe.name}'s {recipe.method} head drafts "
+            f"{recipe.block_tokens} tokens a block",
+            hint=f"serve it at num_speculative_tokens: {recipe.block_tokens}, or train it with the "
+            f"block you want (drafts.{recipe.name}.block_size)",
+        )
 
 
 def _check_load(load: LoadSettings | None, source: str) -> None:

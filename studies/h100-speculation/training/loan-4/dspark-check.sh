@@ -3,6 +3,8 @@
 # (vLLM 0.32's CPU build refuses: DSpark needs Model Runner V2.) The head is the CPU-trained
 # prototype of 2026-12-06 (CI data sizes, block 8, 4 epochs), carried in .dspark-head/; the
 # target is written by the workflow's own rule. Evidence only: no cell, no measurement.
+# Loan 7 ran it again with DSPARK_HEAD (a 3-layer head) and DSPARK_K=8.
+head=${DSPARK_HEAD:-.dspark-head}
 STUDY=h100-speculation BUDGET_S=${BUDGET_S:-150} bash scripts/run_gpu_study.sh --until make_smollm2_hf
 site=/tmp/gridbench-site
 export PYTHONPATH="$PWD/src:$site" PATH="$site/bin:$PATH" VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 \
@@ -12,7 +14,8 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu
 start=$SECONDS
 timeout "${SERVE_S:-300}" vllm serve resources/models/smollm2-135m-instruct/hf-q4_1 --port 18790 \
     --max-model-len 2048 --gpu-memory-utilization 0.3 --served-model-name smol \
-    --speculative-config '{"method":"dspark","model":".dspark-head","num_speculative_tokens":8}' \
+    --speculative-config "{\"method\":\"dspark\",\"model\":\"$head\",\"num_speculative_tokens\":${DSPARK_K:-8}}" \
+    ${DSPARK_SERVE_ARGS:-} \
     > "$OUT/dspark-serve.log" 2>&1 &
 server=$!
 until curl -sf localhost:18790/health > /dev/null; do
