@@ -101,6 +101,10 @@ def two_slot_grid(demo_config: dict) -> dict:
     # push a prefill measurement below the latency it subtracts
     demo_config["engines"]["llamacpp"]["extra_args"] = ["--threads", "1"]
     demo_config["benchy"]["latency_mode"] = "none"
+    # answers long enough to be read while they decode: the demo model writes 64 tokens in
+    # ~40 ms, and with two engines and two clients on two cores a client descheduled that
+    # long read a whole answer in one burst, twice in a row (CI, 2026-12-07)
+    demo_config["benchy"]["tg"] = 256
     return demo_config
 
 
