@@ -13,6 +13,7 @@ import report_fixtures as rf
 from conftest import REPO, load_yaml
 from gridbench.aggregate import k_sweep
 from gridbench.aggregate.analysis import Measure
+from gridbench.aggregate.checks import machines_differ
 from gridbench.aggregate.k_sweep import KChoice, KFamily
 from gridbench.aggregate.records import ConfigIdentity
 from gridbench.aggregate.report import render_report
@@ -224,3 +225,17 @@ def test_the_h100_studys_sweep_finds_a_short_k_faster_than_the_default_everywher
     assert all(c.tok_s[c.best_k].mean > 1.3 * c.tok_s[15].mean for _, c in points)
     summary = k_sweep.summarize(points)
     assert (summary.k, summary.wins, dict(summary.others)) == (1, 8, {2: 2, 4: 1, 8: 1})
+
+
+def test_the_h100_studys_report_says_its_k_family_ran_on_two_machines():
+    """Loan 6's H100 measured plain decoding and k = 1, 4, 15, loan 7's k = 2, 8 and ngram: the
+    report's check names each machine's configs, as a third machine read 0.42-0.78x."""
+    study = REPO / "studies/h100-speculation"
+    dataset = pd.read_csv(study / "dataset/dataset.csv")
+    natural = pd.read_csv(study / "dataset/natural.csv")
+    check = machines_differ(dataset, natural)
+    assert check.findings == (
+        "R_none, R_e3_k4, R_e3_k15 and R_e3_k1 on GPU-c41da9f0",
+        "R_e3_k8, R_e3_k2 and R_ngram4 on GPU-e9484e34",
+    )
+    assert "configs measured on different machines" in (study / "dataset/comparison.md").read_text()

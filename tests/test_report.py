@@ -18,6 +18,7 @@ from gridbench.aggregate import quality as quality_rows
 from gridbench.aggregate import sessions as session_rows
 from gridbench.aggregate.checks import Check, run_checks
 from gridbench.aggregate.report import render_report
+from gridbench.aggregate.text import and_list
 from gridbench.cells.plan import load_plan, quality_plan, session_plan
 from gridbench.config.grid import WeightsOrigin
 from gridbench.config.loading import load_grid
@@ -316,7 +317,7 @@ def checks(grid, frame, natural=None) -> dict[str, Check]:
 def test_every_check_has_a_line_and_a_clean_study_triggers_none(seed002):
     report = render_report(*seed002)
     lines = section(report, "Checks").splitlines()[2:]
-    assert len(lines) == 7 and all(line.startswith("- ok — ") for line in lines)
+    assert len(lines) == 8 and all(line.startswith("- ok — ") for line in lines)
     assert "**warning**" not in report and "[Checks](#checks)" not in report
 
 
@@ -341,7 +342,7 @@ def test_latency_that_falls_as_load_rises_is_flagged_with_its_cause(seed000):
     line = next(b for b in section(report, "Checks").splitlines() if "load" in b)
     assert line.startswith("- **warning** — latency falls as load rises: Q_fp8_mtp1 on code")
     assert section(report, "Verdict").endswith(
-        "- Read these with the [Checks](#checks): 2 of 7 warn (latency falls as load rises; "
+        "- Read these with the [Checks](#checks): 2 of 8 warn (latency falls as load rises; "
         "errors or incomplete requests).\n"
     )
 
@@ -428,6 +429,19 @@ def test_an_engine_restarted_within_a_config(same_weights):
     frame.loc[cell, "engine_startup_s"] = 190.0
     check = checks(grid, frame)["engine restarted within a config"]
     assert check.findings == ("V_bf16_n0: 2 starts (185.0 s, 190.0 s)",)
+
+
+def test_configs_measured_on_different_machines_are_named_by_machine(same_weights):
+    grid, frame = same_weights
+    assert checks(grid, frame)["configs measured on different machines"].passed.startswith("not checked")
+    frame = frame.assign(telemetry_gpu_ids="GPU-c41da9f0-4b45-2194-4d01-c12e4d85c7ff")
+    assert not checks(grid, frame)["configs measured on different machines"].triggered
+    other_gpu = "GPU-e9484e34-097b-fca6-6a52-579452b5c1d2"
+    frame.loc[frame["config"] == "V_bf16_n0", "telemetry_gpu_ids"] = other_gpu
+    check = checks(grid, frame)["configs measured on different machines"]
+    others = [c for c in frame.query("status == 'ok'")["config"].unique() if c != "V_bf16_n0"]
+    assert set(check.findings) == {f"{and_list(others)} on GPU-c41da9f0", "V_bf16_n0 on GPU-e9484e34"}
+    assert "measure the baseline again on each" in check.summary
 
 
 def test_speculation_verdict_says_where_it_pays_off_in_words_a_user_acts_on(seed002):

@@ -25,6 +25,8 @@ LOAD_TOLERANCE = 0.25
 ACCEPTANCE_FLOOR = 0.01
 # how many offending cells a check line names before it counts the rest
 NAMED = 4
+# enough of a GPU's UUID ("GPU-" and 8 hex digits) to tell a study's machines apart
+GPU_ID_CHARS = 12
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ def run_checks(
         errors_and_incomplete(dataset, natural),
         spread_exceeds_effect(dataset, study),
         engine_restarts(dataset, natural),
+        machines_differ(dataset, natural),
         cached_context_not_faster(dataset),
         *([speculation_not_lossless(quality)] if quality is not None else []),
     ]
@@ -306,7 +309,36 @@ def engine_restarts(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> Chec
     )
 
 
-# --- (g) a cached context that answers no faster than a cold one --------------------------
+# --- (g) configs measured on different machines -------------------------------------------
+
+
+def machines_differ(dataset: pd.DataFrame, natural: pd.DataFrame | None) -> Check:
+    """The configs each machine measured, a machine named by its GPUs' UUIDs (the cells'
+    telemetry): flagged when the measured cells ran on more than one."""
+    machines: dict[str, list[str]] = {}
+    for frame in (dataset, natural):
+        if frame is None or "telemetry_gpu_ids" not in frame:
+            continue
+        for gpus, cells in analysis.measured(frame).groupby("telemetry_gpu_ids", sort=False):
+            configs = machines.setdefault(str(gpus), [])
+            configs.extend(c for c in cells["config"].unique() if c not in configs)
+    findings = tuple(
+        f"{and_list(configs)} on {', '.join(gpu[:GPU_ID_CHARS] for gpu in gpus.split(', '))}"
+        for gpus, configs in machines.items()
+    )
+    return Check(
+        "configs measured on different machines",
+        findings if len(machines) > 1 else (),
+        "every measured cell ran on the same GPUs"
+        if machines
+        else "not checked: no measured cell recorded its GPUs' UUIDs",
+        "Two machines of one kind can differ by more than any config (host CPU, neighbours; a "
+        "small model leaves the GPU mostly idle, and the host sets the pace): compare configs "
+        "measured on one machine, or measure the baseline again on each.",
+    )
+
+
+# --- (h) a cached context that answers no faster than a cold one --------------------------
 
 
 def cached_context_not_faster(dataset: pd.DataFrame) -> Check:
@@ -333,7 +365,7 @@ def cached_context_not_faster(dataset: pd.DataFrame) -> Check:
     )
 
 
-# --- (h) greedy speculation that changed an output ---------------------------------------
+# --- (i) greedy speculation that changed an output ---------------------------------------
 
 
 def speculation_not_lossless(quality: pd.DataFrame | None) -> Check:

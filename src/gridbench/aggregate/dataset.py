@@ -150,7 +150,9 @@ PROVENANCE = column_names(Provenance)
 ENERGY = column_names(EnergyColumns)
 ENERGY_INTEGERS = ["telemetry_gpus", "output_tokens_measured"]
 ENERGY_FLOATS = [
-    c for c in ENERGY if c not in (*ENERGY_INTEGERS, "energy_source", "throttle_reasons", "telemetry_note")
+    c
+    for c in ENERGY
+    if c not in (*ENERGY_INTEGERS, "energy_source", "throttle_reasons", "telemetry_gpu_ids", "telemetry_note")
 ]
 FAILURE = column_names(Failure)
 FILES = column_names(Files)

@@ -294,6 +294,7 @@ class EnergyColumns:
     throttle_reasons: str | None = None  # ", "-joined, every reason seen in any sample
     telemetry_window_s: float | None = None
     telemetry_gpus: int | None = None
+    telemetry_gpu_ids: str | None = None  # the GPUs' UUIDs, ", "-joined: the machine that measured
     output_tokens_measured: int | None = None  # the denominator of the per-token columns
     joules_per_output_token: float | None = None
     output_tokens_per_kwh: float | None = None
@@ -327,6 +328,7 @@ class EnergyColumns:
             throttle_reasons=", ".join(telemetry.throttle_reasons) or None,
             telemetry_window_s=telemetry.window_s,
             telemetry_gpus=len(telemetry.gpus),
+            telemetry_gpu_ids=", ".join(telemetry.gpus) or None,
             output_tokens_measured=output_tokens,
             joules_per_output_token=_significant(energy / tokens) if energy and tokens else None,
             output_tokens_per_kwh=_significant(tokens * JOULES_PER_KWH / energy)
