@@ -241,6 +241,37 @@ def test_the_workflow_builds_shared_draft_data_once():
     }, result.stdout
 
 
+@pytest.mark.workflow
+@pytest.mark.parametrize(
+    ("configfiles", "configs", "trained"),
+    [
+        (["config/ci-drafts.yaml"], "V_dflash", {"smollm2_dflash_ci"}),
+        (["config/ci-drafts.yaml"], "V_eagle3,V_eagle3_untrained", {"smollm2_eagle3_ci"}),
+        (
+            ["config/studies/h100-speculation.yaml", "config/studies/speculation-block-drafts.yaml"],
+            "R_dfl_k15",
+            {"smollm2_dflash"},
+        ),
+    ],
+)
+def test_a_filtered_sweep_trains_only_the_heads_its_configs_serve(configfiles, configs, trained):
+    """The engine's check gathers every config's files; a head no selected config serves is not
+    among them, so a sweep of one DFlash config does not train the EAGLE-3 and DSpark heads
+    first (it did on an H100, spending the loan: studies/h100-speculation, loan 8)."""
+    snakemake = str(Path(sys.executable).parent / "snakemake")
+    result = subprocess.run(
+        [snakemake, "-n", "-j1", "--configfile", *configfiles, "--config", f"config={configs}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    job = r"^(?:local)?rule (\w+):\n(?:    .*\n)*?    wildcards: draft=(\w+)"
+    jobs = re.findall(job, result.stdout, re.M)
+    assert {draft for rule, draft in jobs if rule == "draft_train"} == trained, result.stdout
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

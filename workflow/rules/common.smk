@@ -11,7 +11,7 @@ from gridbench.cells.context import write_context
 from gridbench.cells.kinds import CELL_KINDS, wildcard_patterns
 from gridbench.cells.plan import run_order, sweep_plan
 from gridbench.config.loading import load_grid
-from gridbench.drafts.recipe import write_recipe_files
+from gridbench.drafts.recipe import unserved_head_files, write_recipe_files
 from gridbench.engines.manager import detect_gpus
 from gridbench.errors import GridbenchError
 from gridbench.sweep import Sweep
@@ -158,7 +158,11 @@ def get_engine_files(wildcards):
     """Every host file the engine's cells need. Its check then finds the paths its
     volumes mount, and once it has passed, all of the engine's cells are ready at once:
     the priorities keep each config's cells back to back on one warm engine (natural
-    cells would otherwise run first, before the corpus exists)."""
+    cells would otherwise run first, before the corpus exists). A draft head that no config
+    of this run serves is left out: training it would spend the run's GPU time on a head
+    nothing measures (a sweep filtered to a DFlash config trained
+    the EAGLE-3 and DSpark heads first: studies/h100-speculation, loan 8)."""
+    unserved = unserved_head_files(GRID, PLAN.configs)
     files = {}
     for (
         name,
@@ -166,7 +170,11 @@ def get_engine_files(wildcards):
     ) in GRID.configs.items():  # every config on the engine: see ENGINE_CHECK_GRID_FILE
         if cfg.engine.name == wildcards.engine:
             for kind in CELL_KINDS.values():
-                files.update(dict.fromkeys(kind.host_files(GRID, name)))
+                files.update(
+                    dict.fromkeys(
+                        f for f in kind.host_files(GRID, name) if f not in unserved
+                    )
+                )
     return list(files)
 
 

@@ -116,6 +116,18 @@ def write_recipe_files(grid: Grid) -> None:
             atomic_write_text(path, text)
 
 
+def unserved_head_files(grid: Grid, configs: Iterable[str]) -> set[str]:
+    """The head files of the grid's drafts (trained and untrained) that none of these configs
+    serves: a run that measures only those configs has no reason to train them."""
+    heads = {
+        str(folder / name)
+        for paths in map(DraftPaths.of, grid.drafts.values())
+        for folder in (paths.head, paths.untrained_head)
+        for name in layout.DRAFT_HEAD_FILES
+    }
+    return heads.difference(*(grid.configs[c].files for c in configs))
+
+
 def read_recipe(path: Path) -> DraftRecipe:
     try:
         return codec.from_json(DraftRecipe, json.loads(path.read_text()))
