@@ -4,9 +4,11 @@
 # (resources/drafts/smollm2_eagle3 less its hidden states: both heads, prompts, answers, step
 # records, metrics; `gridbench draft export`) goes back too, as those 15 MiB pieces of its
 # .tar.gz, to be carried to the next loan instead of training again: after the study (before
-# it with PIECES_FIRST=1; alone with PIECES_ONLY=1).
+# it with PIECES_FIRST=1; alone with PIECES_ONLY=1). With BLOCK_DRAFTS=1 the block drafters'
+# overlay (config/studies/speculation-block-drafts.yaml) is merged last: their heads and configs.
 extra=
 nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && extra=config/studies/speculation-on-h200.yaml
+[ -n "${BLOCK_DRAFTS:-}" ] && extra="$extra config/studies/speculation-block-drafts.yaml"
 export STUDY=h100-speculation STUDY_CONFIG="config/studies/h100-speculation.yaml $extra" BUDGET_S=${BUDGET_S:-570}
 pieces=/tmp/draft-pieces
 draft_pieces() {
