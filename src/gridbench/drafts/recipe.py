@@ -186,7 +186,7 @@ def _hidden_states_command(recipe: DraftRecipe, paths: DraftPaths) -> list[str]:
     return [
         *(recipe.python, "-m", "gridbench.drafts.worker", "hidden-states", "--model", recipe.model),
         *("--data", str(paths.prepared), "--out", str(paths.prepared / "hidden_states")),
-        *("--seed", str(recipe.seed)),
+        *("--seed", str(recipe.seed), "--dtype", recipe.dtype),
     ]
 
 
@@ -198,7 +198,7 @@ def _train_command(recipe: DraftRecipe, paths: DraftPaths) -> list[str]:
         *("--metrics", str(paths.train_metrics), "--scratch", str(paths.head.parent / "checkpoints")),
         *("--draft-vocab-size", str(recipe.draft_vocab_size), "--total-seq-len", str(recipe.total_seq_len)),
         *("--epochs", str(recipe.epochs), "--lr", str(recipe.lr), "--seed", str(recipe.seed)),
-        *("--threads", str(recipe.threads)),
+        *("--threads", str(recipe.threads), "--dtype", recipe.dtype),
         *_optional_flags(
             {
                 "--num-layers": recipe.draft_layers,

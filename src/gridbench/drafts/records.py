@@ -26,6 +26,7 @@ class StepFacts:
     epochs: int | None = None
     threads: int | None = None
     torch: str | None = None
+    dtype: str | None = None  # of the hidden states, the autocast and Muon's orthogonalisation
     python: str | None = None
     sha256: str | None = None
     command_wall_s: float | None = None  # the whole command: imports, loading, saving

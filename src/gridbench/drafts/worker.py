@@ -23,6 +23,8 @@ from typing import Any
 
 from gridbench.drafts.records import StepFacts
 
+DTYPES = ("bfloat16", "float32")  # the recipe's dtype (config.schema.yaml)
+
 
 def _seed_everything(seed: int) -> None:
     import numpy as np
@@ -84,7 +86,7 @@ def respond(args: argparse.Namespace) -> StepFacts:
 
 def hidden_states(args: argparse.Namespace) -> StepFacts:
     """hs_<i>.safetensors per row of the prepared dataset, in speculators' file format:
-    token_ids [seq] and hidden_states [seq, len(layers) + 1, hidden] (BF16), the auxiliary
+    token_ids [seq] and hidden_states [seq, len(layers) + 1, hidden] (in --dtype), the auxiliary
     layers numbered as vLLM numbers them (k: the residual stream entering decoder layer k) and
     last the final decoder layer's output before the final norm, which vLLM hands its drafts
     (transformers' last hidden state is after the norm, so a hook takes it)."""
@@ -97,7 +99,8 @@ def hidden_states(args: argparse.Namespace) -> StepFacts:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dataset = load_from_disk(args.data)
     dataset.set_format(type="torch")
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16)
+    dtype = getattr(torch, args.dtype)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype)
     model.to(torch.device(device))
     model.train(False)  # inference: no dropout
     layers = args.layers or _target_layers(model.config.num_hidden_layers)
@@ -113,7 +116,7 @@ def hidden_states(args: argparse.Namespace) -> StepFacts:
                 input_ids=ids.unsqueeze(0).to(device), output_hidden_states=True, use_cache=False
             )
             stack = [result.hidden_states[k][0] for k in layers] + [captured["pre_norm"][0]]
-            states = torch.stack(stack, dim=1).to(torch.bfloat16).cpu().contiguous()
+            states = torch.stack(stack, dim=1).to(dtype).cpu().contiguous()
             save_file(
                 {"token_ids": ids.contiguous(), "hidden_states": states}, str(out / f"hs_{i}.safetensors")
             )
@@ -125,6 +128,7 @@ def hidden_states(args: argparse.Namespace) -> StepFacts:
         rows=len(dataset),
         tokens=tokens,
         layers=(*layers, model.config.num_hidden_layers),
+        dtype=args.dtype,
     )
 
 
@@ -152,6 +156,28 @@ def _patch_for_cpu() -> None:
     trainer.Trainer.__init__ = init
 
 
+def _orthogonalise_in_float32() -> None:
+    """PyTorch's Muon runs its Newton-Schulz orthogonalisation in bfloat16 whatever the
+    parameters' dtype (torch 2.13: ``grad.bfloat16()``); a CPU without bfloat16 instructions
+    emulates it (2.6 s where float32 takes 0.06 s for a 576 x 1536 update on AVX2 kernels:
+    benchmarks/cpu_bfloat16.py).
+    The same iteration, in float32."""
+    import torch
+    from torch.optim import _muon
+
+    def newton_schulz(grad: Any, ns_coefficients: Any, ns_steps: int, eps: float) -> Any:
+        a, b, c = ns_coefficients
+        tall = grad.size(0) > grad.size(1)
+        ortho = (grad.T if tall else grad).float()
+        ortho = ortho / ortho.norm().clamp(min=eps)  # spectral norm at most 1
+        for _ in range(ns_steps):
+            gram = ortho @ ortho.T
+            ortho = torch.addmm(ortho, torch.addmm(gram, gram, gram, beta=b, alpha=c), ortho, beta=a)
+        return ortho.T if tall else ortho
+
+    _muon._zeropower_via_newtonschulz = newton_schulz
+
+
 def _tee_metrics(path: Path) -> None:
     """Every metrics record the trainer logs, also as one JSON line (with seconds since the
     start) in ``path``: the loss curve the recipe keeps."""
@@ -177,7 +203,7 @@ def _trainer_args(args: argparse.Namespace) -> list[str]:
     return [
         *("--speculator-type", args.method, "--verifier-name-or-path", args.model, "--data-path", args.data),
         *("--draft-vocab-size", str(args.draft_vocab_size), "--total-seq-len", str(args.total_seq_len)),
-        *("--seed", str(args.seed), "--num-workers", "0"),
+        *("--seed", str(args.seed), "--num-workers", "0", "--hidden-states-dtype", args.dtype),
         # the same kernels on a CPU and a GPU: the fused loss is a Triton kernel, and flex
         # attention needs torch.compile
         *("--loss-implementation", "eager", "--draft-attn-impl", "sdpa"),
@@ -199,6 +225,8 @@ def train(args: argparse.Namespace) -> StepFacts:
     from speculators.train.config import TrainConfig
 
     _patch_for_cpu()
+    if args.dtype == "float32":
+        _orthogonalise_in_float32()
     threads = args.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
     common = _trainer_args(args)
@@ -221,6 +249,7 @@ def train(args: argparse.Namespace) -> StepFacts:
         epochs=args.epochs,
         threads=threads,
         torch=torch.__version__,
+        dtype=args.dtype,
     )
 
 
@@ -250,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--layers", type=int, nargs="*", default=[])
     p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--dtype", choices=DTYPES, required=True)
     p.set_defaults(func=hidden_states)
     p = sub.add_parser("train")
     for name in ("--model", "--data", "--method", "--head", "--untrained-head", "--metrics", "--scratch"):
@@ -258,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(name, type=int, required=True)
     p.add_argument("--lr", type=float, required=True)
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--dtype", choices=DTYPES, required=True)
     for name in ("--num-layers", "--block-size", "--max-anchors"):  # speculators' default when absent
         p.add_argument(name, type=int)
     p.set_defaults(func=train)
