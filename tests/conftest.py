@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -84,6 +86,34 @@ def real_hf_checkpoint(model_folder: Path, name: str, file_type: str) -> Path:
     return outdir
 
 
+def cpu_has_bfloat16() -> bool:
+    """bfloat16 instructions: AVX512-BF16 or AMX on x86, BF16 on Arm. Without them torch and vLLM
+    emulate bfloat16 (on AVX2 kernels a matmul takes 51 times float32's: benchmarks/cpu_bfloat16.py),
+    and the CI's vLLM engines and draft training would run past CI's hour."""
+    flags = Path("/proc/cpuinfo").read_text().split()
+    return any(flag in flags for flag in ("avx512_bf16", "amx_bf16", "bf16"))
+
+
+# the precision the CI's CPU grids (config/ci-vllm.yaml, config/ci-drafts.yaml) run at here
+CPU_DTYPE = "bfloat16" if cpu_has_bfloat16() else "float32"
+
+
+def pytest_report_header() -> str:
+    return f"the CI grids' vLLM and draft training run in {CPU_DTYPE} on this CPU"
+
+
+def at_cpu_dtype(config: dict) -> dict:
+    """A CI grid (as read from its YAML) with its bfloat16 work at CPU_DTYPE: the checkpoints vLLM
+    serves, the drafts' answers (vLLM) and their hidden states and training."""
+    for checkpoint in config.get("checkpoints", {}).values():
+        if checkpoint.get("dtype") == "bfloat16":
+            checkpoint["dtype"] = CPU_DTYPE
+    for recipe in config.get("drafts", {}).values():
+        recipe["dtype"] = CPU_DTYPE
+        recipe.setdefault("llm_args", {})["dtype"] = CPU_DTYPE
+    return config
+
+
 @pytest.fixture
 def workdir(tmp_path, demo_assets, monkeypatch):
     """A working directory holding the demo assets (linked), as a sweep would have."""
@@ -125,6 +155,33 @@ def gridbench(*args: str, cwd: Path | None = None, check: bool = True, env=None)
         check=check,
         env={**os.environ, **(env or {})},
     )
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """The workflow in ``workdir``; past ``timeout`` it is stopped as Ctrl-C would, its jobs'
+    processes and engines too. (subprocess.run's timeout kills Snakemake alone: its jobs, a
+    draft training say, would go on taking the cores from the tests after it.)"""
+    argv = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir)]
+    proc = subprocess.Popen(
+        [*argv, *args],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGINT)  # Snakemake stops its jobs and runs onerror
+        try:
+            proc.communicate(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            gridbench("engine", "stop", "--all", cwd=workdir, check=False)
+        raise
+    return subprocess.CompletedProcess([*argv, *args], proc.returncode, stdout, stderr)
 
 
 def sweep_logs(workdir: Path, tail_lines: int = 60) -> str:

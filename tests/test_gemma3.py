@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from conftest import REPO, free_port, load_yaml, real_hf_checkpoint, real_model_folder
+from conftest import CPU_DTYPE, REPO, free_port, load_yaml, real_hf_checkpoint, real_model_folder
 from gridbench.assets.gguf_to_hf import gemma3_hf_name
 from gridbench.assets.manifest import MANIFEST, Manifest, sha256_of
 from gridbench.assets.real_models import REAL_MODELS
@@ -262,7 +262,8 @@ def test_a_config_gives_llama_cpp_the_template_in_its_extra_args(gemma, workdir)
 @pytest.fixture(scope="module")
 def vllm_server(checkpoint):
     """vLLM (the CPU venv of scripts/build_vllm_cpu_env.sh) serving the BF16 checkpoint with the
-    same template, as config/ci-vllm.yaml's engine runs."""
+    same template, as config/ci-vllm.yaml's engine runs (in float32 on a CPU without bfloat16
+    instructions: conftest.CPU_DTYPE)."""
     assert (VLLM_ENV / "bin/vllm").exists(), "build it: scripts/build_vllm_cpu_env.sh"
     port = free_port()
     env = os.environ | {
@@ -275,7 +276,7 @@ def vllm_server(checkpoint):
         "VLLM_NO_USAGE_STATS": "1",
     }
     argv = [str(VLLM_ENV / "bin/vllm"), "serve", str(checkpoint), "--port", str(port)]
-    argv += ["--served-model-name", "gemma", "--enforce-eager", "--dtype", "bfloat16"]
+    argv += ["--served-model-name", "gemma", "--enforce-eager", "--dtype", CPU_DTYPE]
     argv += ["--max-model-len", "2048", "--chat-template", str(TEMPLATE)]
     with serving(argv, port, "vLLM", 600, env) as base:
         yield base

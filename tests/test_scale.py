@@ -4,20 +4,15 @@ two CPU engines (gpus: false) on the slots a GPU box would call 0 and 1."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import REPO, gridbench, write_config
+from conftest import snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -59,26 +54,6 @@ def new_workdir(path: Path, demo_assets: Path) -> Path:
     path.mkdir()
     shutil.copytree(demo_assets / "resources", path / "resources", symlinks=True)
     return path
-
-
-def snakemake(workdir: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    """Snakemake in ``workdir``; past ``timeout`` it is stopped as Ctrl-C would, engines too."""
-    argv = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"), *args]
-    proc = subprocess.Popen(
-        argv, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGINT)  # Snakemake stops its jobs and runs onerror
-        try:
-            proc.communicate(timeout=60)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            gridbench("engine", "stop", "--all", cwd=workdir, check=False)
-        raise
-    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
 def events(workdir: Path) -> list[dict]:

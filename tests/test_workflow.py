@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from conftest import REPO, free_port, sweep_logs, write_config
+from conftest import snakemake as run_snakemake
 from gridbench.cells.kinds import CELL_KINDS
 from gridbench.engines.runtime import ProcessRuntime, RuntimeHandle
 from gridbench.util import codec
@@ -27,20 +28,16 @@ pytestmark = pytest.mark.workflow
 
 
 def snakemake(workdir: Path, *args: str, background: bool = False):
-    argv = [
-        str(Path(sys.executable).parent / "snakemake"),
-        "-s",
-        str(REPO / "Snakefile"),
-        "-d",
-        str(workdir),
-        "-j1",
-        *args,
-    ]
-    if background:
-        return subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-        )
-    return subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    if not background:
+        return run_snakemake(workdir, "-j1", *args)
+    argv = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir)]
+    return subprocess.Popen(
+        [*argv, "-j1", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def events(workdir: Path) -> list[dict]:
