@@ -97,6 +97,8 @@ cat "$static_log" && rm "$static_log"
 # every test runs once: those that start engines, containers or Snakemake in their declared
 # order, the rest in a random order
 step "tests with real engines, containers and workflows"
+# without bfloat16 instructions the CPU emulates bfloat16: the CI grids then run in float32
+python -c 'import sys; sys.path.insert(0, "tests"); from conftest import CPU_DTYPE; print(f"CI grids in {CPU_DTYPE}")'
 python -m pytest -q -m "not slurm and (integration or docker or workflow or vllm)" --durations=15 tests
 
 step "the demo sweep on real weights, end to end, and beside it the unit tests"
