@@ -157,13 +157,19 @@ def gridbench(*args: str, cwd: Path | None = None, check: bool = True, env=None)
     )
 
 
+def snakemake_argv(workdir: Path, *args: str) -> list[str]:
+    """The project's workflow in ``workdir``, run by this interpreter's Snakemake."""
+    snakemake = Path(sys.executable).parent / "snakemake"
+    return [str(snakemake), "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args]
+
+
 def snakemake(workdir: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """The workflow in ``workdir``; past ``timeout`` it is stopped as Ctrl-C would, its jobs'
     processes and engines too. (subprocess.run's timeout kills Snakemake alone: its jobs, a
     draft training say, would go on taking the cores from the tests after it.)"""
-    argv = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir)]
+    argv = snakemake_argv(workdir, *args)
     proc = subprocess.Popen(
-        [*argv, *args],
+        argv,
         cwd=workdir,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -181,7 +187,7 @@ def snakemake(workdir: Path, *args: str, timeout: int = 600) -> subprocess.Compl
                 os.killpg(proc.pid, signal.SIGKILL)
             gridbench("engine", "stop", "--all", cwd=workdir, check=False)
         raise
-    return subprocess.CompletedProcess([*argv, *args], proc.returncode, stdout, stderr)
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
 def sweep_logs(workdir: Path, tail_lines: int = 60) -> str:

@@ -376,26 +376,10 @@ def test_heads_trained_by_the_workflow_are_served_and_accepted_where_the_untrain
     result = run_snakemake(tmp_path, "-j1", "--configfile", "grid.yaml", timeout=2400)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
     # a filtered sweep afterwards trains nothing again (its grid file is another)
-    snakemake = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile")]
-    filtered = subprocess.run(
-        [
-            *snakemake,
-            "-d",
-            str(tmp_path),
-            "-n",
-            "--quiet",
-            "rules",
-            "--configfile",
-            "grid.yaml",
-            "--config",
-            "config=V_eagle3",
-            "--forcerun",
-            "natural_cell",
-        ],
-        capture_output=True,
-        text=True,
+    filtered = run_snakemake(
+        *(tmp_path, "-n", "--quiet", "rules", "--configfile", "grid.yaml"),
+        *("--config", "config=V_eagle3", "--forcerun", "natural_cell"),
         timeout=300,
-        cwd=tmp_path,
     )
     assert filtered.returncode == 0 and "natural_cell" in filtered.stdout, filtered.stdout + filtered.stderr
     assert "draft_" not in filtered.stdout, filtered.stdout

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, free_port, sweep_logs, write_config
+from conftest import REPO, free_port, snakemake_argv, sweep_logs, write_config
 from conftest import snakemake as run_snakemake
 from gridbench.cells.kinds import CELL_KINDS
 from gridbench.engines.runtime import ProcessRuntime, RuntimeHandle
@@ -30,9 +30,8 @@ pytestmark = pytest.mark.workflow
 def snakemake(workdir: Path, *args: str, background: bool = False):
     if not background:
         return run_snakemake(workdir, "-j1", *args)
-    argv = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir)]
     return subprocess.Popen(
-        [*argv, "-j1", *args],
+        snakemake_argv(workdir, "-j1", *args),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
