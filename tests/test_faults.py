@@ -185,3 +185,36 @@ def test_a_missing_image_stops_only_its_engines_cells(workdir, demo_config):
     assert "docker pull local/not-built:never" in preflight  # how to get it
     assert not (workdir / "logs/cells/G_f16_n0").exists()  # no cell ran on that engine
     assert (workdir / "results/raw/D_f16_n0/depth_0.json").exists()
+
+
+@pytest.mark.workflow
+def test_a_sweep_starts_a_refusing_engine_once_and_the_next_sweep_tries_again(workdir, demo_config):
+    """Each of the config's cells would otherwise start the refusing engine again, holding the
+    GPU for a start-up each time (loan 9: nine vLLM starts of one config, 230 s)."""
+    from conftest import snakemake, write_config
+
+    demo_config["engines"]["llamacpp"]["extra_args"] = ["--no-such-flag"]
+    demo_config["configs"] = {"D_f16_n0": demo_config["configs"]["D_f16_n0"]}
+    demo_config["depths"] = [0, 128, 256]
+    demo_config.pop("natural", None)
+    write_config(workdir / "grid.yaml", demo_config)
+
+    def starts() -> list[dict]:
+        lines = (workdir / "logs/engines/events.jsonl").read_text().splitlines()
+        events = [json.loads(line) for line in lines]
+        return [e for e in events if e["event"] in ("start", "start_failed")]
+
+    result = snakemake(workdir, "-j1", "--configfile", "grid.yaml")
+    assert result.returncode != 0 and (workdir / "logs/engines/events.jsonl").exists(), result.stderr[-4000:]
+    assert [e["event"] for e in starts()] == ["start", "start_failed"]
+    failed_cells = sorted((workdir / "results/failures/D_f16_n0").glob("depth_*.json"))
+    failures = [json.loads(path.read_text()) for path in failed_cells]
+    assert len(failures) == 3 and {f["error_type"] for f in failures} == {"EngineStartError"}
+    first_failure = starts()[1]
+    assert "exited during start-up" in first_failure["reason"]
+    again = [f for f in failures if "its start failed earlier in this sweep" in f["reason"]]
+    assert len(again) == 2 and all(first_failure["ts"] in f["reason"] for f in again)
+
+    snakemake(workdir, "-j1", "--configfile", "grid.yaml")  # a new sweep: one start again, for all three cells
+    assert [e["event"] for e in starts()] == ["start", "start_failed"] * 2
+    assert starts()[1]["sweep"] != starts()[3]["sweep"]

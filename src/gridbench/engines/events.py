@@ -1,5 +1,5 @@
 """The engine events of a working directory (logs/engines/events.jsonl): start, ready,
-reuse, stop and reclaim, one JSON object a line, for the progress view and for diagnosis."""
+reuse, stop, reclaim and start_failed, one JSON object a line, for the progress view and for diagnosis."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class EngineEvent:
     its event does not have."""
 
     ts: str = field(default_factory=now_iso)
-    event: str  # start, ready, reuse, stop, reclaim
+    event: str  # start, ready, reuse, stop, reclaim, start_failed
     config: str
     slot: str  # where the event happened: the first of the engine's slots
     # a start's, a reuse's and a reclaim's: all the engine's slots (absent in older lines)
@@ -49,6 +49,10 @@ class EngineEvent:
     # a start's: its cell asked for an engine that has served nothing, and a warm one of the
     # same config, if any, was stopped for it (Cell.needs_fresh_engine)
     fresh: bool = field(default=False, metadata=OMITTED)
+    # a start_failed event's (engines/failed_starts.py): the sweep whose cell saw the start
+    # fail, and the failure's message
+    sweep: str | None = field(default=None, metadata=OMITTED)
+    reason: str | None = field(default=None, metadata=OMITTED)
 
     @property
     def at(self) -> datetime:

@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gridbench.config.grid import ServingConfig
-from gridbench.engines import compile_cache, deadline, probe, watchdog
+from gridbench.engines import compile_cache, deadline, failed_starts, probe, watchdog
 from gridbench.engines.allocation import ProcessIdentity, process_identity
 from gridbench.engines.commands import LaunchPlan, launch_plan
 from gridbench.engines.events import EngineEvent, log_event, now_iso
 from gridbench.engines.kinds import engine_kind
 from gridbench.engines.runtime import Runtime, RuntimeHandle, runtime_for, runtime_of
 from gridbench.engines.slots import SlotState, SlotStore
-from gridbench.errors import EngineError, PortInUseError
+from gridbench.errors import EngineError, EngineStartError, PortInUseError
 
 ENGINE_LOG_DIR = Path("logs/engines")
 # a start's log lines read for what it made of its compile cache: its whole start-up
@@ -125,8 +125,10 @@ def start_engine(
 
     Returns its record, as written in each of its slots. An engine that does not get ready
     is stopped: a half-started engine never holds the GPU; one that the sweep's deadline
-    would cut short is not started (engines/deadline.py)."""
+    would cut short is not started (engines/deadline.py), nor one whose start already failed
+    in this sweep (engines/failed_starts.py)."""
     deadline.refuse_late_start(cfg.name, fingerprint)
+    failed_starts.refuse_failed_start(cfg.name, fingerprint, ENGINE_LOG_DIR / f"{cfg.name}.log")
     slot = slots[0]
     runtime = runtime_for(cfg.engine.runtime)
     image = runtime.image_info(cfg)
@@ -245,8 +247,10 @@ def _wait_until_ready(cfg: ServingConfig, state: SlotState, store: SlotStore, ru
             what=f"engine {cfg.engine.name} for config {cfg.name}",
             headers=headers,
         )
-    except BaseException:
+    except BaseException as err:
         stop_engine(state, store, slot=state.slots[0])
+        if isinstance(err, EngineStartError):
+            failed_starts.note_failed_start(cfg.name, state.slots[0], state.fingerprint, err)
         raise
     return dataclasses.replace(
         state,
