@@ -215,6 +215,6 @@ def test_a_sweep_starts_a_refusing_engine_once_and_the_next_sweep_tries_again(wo
     again = [f for f in failures if "its start failed earlier in this sweep" in f["reason"]]
     assert len(again) == 2 and all(first_failure["ts"] in f["reason"] for f in again)
 
-    snakemake(workdir, "-j1", "--configfile", "grid.yaml")  # a new sweep: one start again, for all three cells
+    snakemake(workdir, "-j1", "--configfile", "grid.yaml")  # a new sweep: one start again, for 3 cells
     assert [e["event"] for e in starts()] == ["start", "start_failed"] * 2
     assert starts()[1]["sweep"] != starts()[3]["sweep"]
