@@ -264,6 +264,14 @@ def test_the_gpu_studys_block_drafts_train_on_the_eagle3_drafts_data():
     }
     # what vLLM 0.26's DSpark start-up needed on an H100 (loan 7)
     assert argv[argv.index("--max-num-seqs") + 1] == "256"
+    # vLLM 0.26 schedules max_num_batched_tokens - (k - 1) x max_num_seqs tokens a step beside a
+    # parallel drafter and refuses a start where that is not positive: DFlash at k = 15 with its
+    # H100 defaults, 8192 - 14 x 1024 (loan 9). Its configs keep R_none's 8192.
+    for config in ("R_dfl_k15", "R_dflu_k15"):
+        argv = list(launch_plan(grid.configs[config], 9000).argv)
+        flags = ("--max-num-batched-tokens", "--max-num-seqs")
+        batched, seqs = (int(argv[argv.index(flag) + 1]) for flag in flags)
+        assert batched - 14 * seqs == 8192 and seqs >= 16, config  # 16: the study's highest concurrency
     assert list(load_grid_files(study[:1]).drafts) == ["smollm2_eagle3"]
     # a loan that gets an H200 names it, for the roofline and the report
     on_h200 = load_grid_files([study[0], STUDIES / "speculation-on-h200.yaml"])
