@@ -4,7 +4,8 @@ setting it rejects, a model it cannot load), and each retry holds the GPU for an
 on an H100, nine cells of one config spent 230 s restarting an engine that vLLM's config check
 refused each time (studies/h100-speculation, loan 9). The sweep's later cells of that engine
 fail at once, naming the first failure; the next sweep (the same command, once fixed) tries
-again. A cell run by hand, outside a sweep, always tries."""
+again. A cell run by hand, outside a sweep, always tries. A start that timed out is tried
+again: the compile cache it filled can make the next start ready in time."""
 
 from __future__ import annotations
 
