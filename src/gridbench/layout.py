@@ -18,6 +18,7 @@ ENGINE_CHECK = "results/preflight/{engine}.json"
 SCRATCH = "results/.tmp"
 SCRATCH_PREFIX = "{config}-{cell_id}-{started_s}-"
 ENGINE_EVENTS = "logs/engines/events.jsonl"
+ENGINE_LOG = "logs/engines/{config}.log"  # every start of the config's engine appended
 # an engine's compile cache (engines/compile_cache.py), one folder per key: its kind, then a hash
 # of its start's fingerprint and its build (image id, or the command's file); under resources/,
 # which a study keeps between commands and carries between loans of a machine

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gridbench import layout
 from gridbench.config.grid import ServingConfig
 from gridbench.engines import compile_cache, deadline, failed_starts, probe, watchdog
 from gridbench.engines.allocation import ProcessIdentity, process_identity
@@ -31,7 +32,6 @@ from gridbench.engines.runtime import Runtime, RuntimeHandle, runtime_for, runti
 from gridbench.engines.slots import SlotState, SlotStore
 from gridbench.errors import EngineError, EngineStartError, PortInUseError
 
-ENGINE_LOG_DIR = Path("logs/engines")
 # a start's log lines read for what it made of its compile cache: its whole start-up
 COMPILE_LOG_LINES = 20_000
 
@@ -128,7 +128,7 @@ def start_engine(
     would cut short is not started (engines/deadline.py), nor one whose start already failed
     in this sweep (engines/failed_starts.py)."""
     deadline.refuse_late_start(cfg.name, fingerprint)
-    failed_starts.refuse_failed_start(cfg.name, fingerprint, ENGINE_LOG_DIR / f"{cfg.name}.log")
+    failed_starts.refuse_failed_start(cfg.name, fingerprint, Path(layout.ENGINE_LOG.format(config=cfg.name)))
     slot = slots[0]
     runtime = runtime_for(cfg.engine.runtime)
     image = runtime.image_info(cfg)
@@ -200,7 +200,7 @@ def _launch(
     fresh: bool,
 ) -> RuntimeHandle:
     """Log the start, mark it in the engine's log and start its process or container."""
-    log_path = ENGINE_LOG_DIR / f"{cfg.name}.log"
+    log_path = Path(layout.ENGINE_LOG.format(config=cfg.name))
     log_event(
         EngineEvent(
             event="start",
